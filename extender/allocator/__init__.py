@@ -1,0 +1,1 @@
+"""Upstream DRA allocation rules (structured parameters), reproduced exactly."""

@@ -1,0 +1,1 @@
+"""The DRA CEL environment on cel-python."""

@@ -1,0 +1,110 @@
+"""ClusterState: the Kubernetes objects the extender knows, by kind, with change generations.
+
+Lifecycle: one writer at a time. In file mode the loader fills it once and the in-memory binder
+then updates claims and pods; in cluster mode the watch tasks apply events. All writers run on
+the event loop, so readers on the loop never see a half-applied event. Readers that need a
+consistent view across several calls (the device index, the allocator) take the generation
+numbers and rebuild their derived views when they change.
+
+Two generations are kept because they invalidate different things:
+- `devices_generation` changes with Nodes, ResourceSlices, DeviceClasses and DeviceTaintRules
+  (the device index and CEL masks depend on them);
+- `claims_generation` changes with ResourceClaims, ResourceClaimTemplates, Pods and Namespaces
+  (the allocated-device state and pod claim resolution depend on them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+#: Kinds the extender reads. Everything else is skipped by the loaders.
+KINDS: tuple[str, ...] = (
+    "Node",
+    "ResourceSlice",
+    "DeviceClass",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "Pod",
+    "Namespace",
+    "DeviceTaintRule",
+)
+CLUSTER_SCOPED: frozenset[str] = frozenset(
+    {"Node", "ResourceSlice", "DeviceClass", "Namespace", "DeviceTaintRule"}
+)
+DEVICE_KINDS: frozenset[str] = frozenset({"Node", "ResourceSlice", "DeviceClass", "DeviceTaintRule"})
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped kinds
+
+
+def object_key(obj: Obj) -> Key:
+    """(namespace, name) of a raw object; cluster-scoped kinds get namespace ""."""
+    meta = obj.get("metadata") or {}
+    namespace = "" if obj.get("kind") in CLUSTER_SCOPED else meta.get("namespace") or "default"
+    return namespace, meta.get("name", "")
+
+
+class ClusterState:
+    """Objects by kind and key, plus the two change generations (see module docstring)."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
+        self.devices_generation = 0
+        self.claims_generation = 0
+
+    @classmethod
+    def from_objects(cls, objects: Iterable[Obj]) -> ClusterState:
+        """Build a state from raw objects of the known kinds (others are ignored)."""
+        state = cls()
+        for obj in objects:
+            if obj.get("kind") in KINDS:
+                state.upsert(obj)
+        return state
+
+    @property
+    def generation(self) -> tuple[int, int]:
+        """Both generations; any change to either changes this value."""
+        return self.devices_generation, self.claims_generation
+
+    def _bump(self, kind: str) -> None:
+        if kind in DEVICE_KINDS:
+            self.devices_generation += 1
+        else:
+            self.claims_generation += 1
+
+    def upsert(self, obj: Obj) -> None:
+        """Add or replace one object. The object must carry `kind`; it is stored, not copied."""
+        kind = obj["kind"]
+        self._objects[kind][object_key(obj)] = obj
+        self._bump(kind)
+
+    def delete(self, kind: str, name: str, namespace: str = "") -> Obj | None:
+        """Remove one object; returns it, or None if it was not there."""
+        key = ("" if kind in CLUSTER_SCOPED else namespace or "default", name)
+        removed = self._objects[kind].pop(key, None)
+        if removed is not None:
+            self._bump(kind)
+        return removed
+
+    def replace_kind(self, kind: str, objects: Iterable[Obj]) -> None:
+        """Swap in the full list of one kind (after a relist) in one step."""
+        self._objects[kind] = {object_key(obj): obj for obj in objects}
+        self._bump(kind)
+
+    def get(self, kind: str, name: str, namespace: str = "") -> Obj | None:
+        """One object by name (and namespace for namespaced kinds), or None."""
+        key = ("" if kind in CLUSTER_SCOPED else namespace or "default", name)
+        return self._objects[kind].get(key)
+
+    def list(self, kind: str) -> list[Obj]:
+        """All objects of one kind, in insertion order."""
+        return list(self._objects[kind].values())
+
+    def iter(self, kind: str) -> Iterator[Obj]:
+        """Iterate the objects of one kind without copying the list."""
+        return iter(self._objects[kind].values())
+
+    def count(self, kind: str) -> int:
+        """How many objects of one kind are known."""
+        return len(self._objects[kind])

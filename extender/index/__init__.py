@@ -1,0 +1,1 @@
+"""The device index: every device published in ResourceSlices, as columns, per generation."""

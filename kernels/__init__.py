@@ -1,0 +1,1 @@
+"""Numba topology kernels; depend only on numpy and numba."""
