@@ -1,0 +1,559 @@
+"""The upstream DRA allocator's search, reproduced (spec dra.md §3.3-§3.8).
+
+`allocate` takes an immutable view (the node's pools, the allocated state, a DeviceClass
+lookup, a selector evaluator) and returns one `ClaimAllocation` per claim, or None when the
+claims do not fit on this node. Invalid input raises `AllocationError` (fatal for the pod);
+a node-only problem (invalid pools) raises `NodeScopedError`. The caller persists results.
+
+The search is upstream's depth-first backtracking: claims in order, requests in order,
+`firstAvailable` subrequests in priority order, devices in pool/slice/device order. For the
+devices of one request it enumerates combinations rather than permutations (the next device
+starts after the previous one's position), as upstream's newer allocators do; since every
+check is a property of the set, the first solution found is the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from extender.allocator import capacity
+from extender.allocator.constraints import Constraint
+from extender.allocator.features import Features
+from extender.allocator.inputs import AllocatedState, ClassLookup, DeviceClassSpec, SelectorEvaluator
+from extender.allocator.model import Device, DeviceID, Slice
+from extender.allocator.nodeselection import Node, node_matches
+from extender.allocator.pools import Pool
+from extender.allocator.requests import ALL, EXACT_COUNT, ClaimSpec, RequestSpec, Selector
+from extender.allocator.results import ClaimAllocation, DeviceResult, build_allocation
+from extender.allocator.taints import all_tolerated
+from extender.errors import (
+    AllocationAborted,
+    AllocationError,
+    CelCompileError,
+    CelRuntimeError,
+    NodeScopedError,
+)
+from extender.quantity import Quantity
+
+#: resourceapi.AllocationResultsMaxSize: devices per claim.
+MAX_DEVICES_PER_CLAIM = 32
+
+
+class _MaxSizeExceeded:
+    """Sentinel result: the 32-device claim limit would be exceeded on this branch."""
+
+
+MAX_EXCEEDED = _MaxSizeExceeded()
+Outcome = bool | _MaxSizeExceeded
+
+
+@dataclass(slots=True)
+class _Request:
+    """requestData: one request or subrequest of one claim, validated."""
+
+    spec: RequestSpec
+    parent: str  # parent request name for a subrequest, "" otherwise
+    device_class: DeviceClassSpec
+    num_devices: int
+    all_devices: list[tuple[Device, Slice, Pool]] | None = None
+
+
+@dataclass(slots=True)
+class _Candidate:
+    device: Device
+    slice: Slice
+    pool: Pool
+
+
+def allocate(
+    claims: Sequence[ClaimSpec],
+    *,
+    node: Node,
+    pools: Sequence[Pool],
+    features: Features,
+    classes: ClassLookup,
+    allocated: AllocatedState,
+    evaluator: SelectorEvaluator,
+    should_stop: Callable[[], str | None] = lambda: None,
+    new_share_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    candidate_order: Callable[[list[_Candidate]], list[_Candidate]] | None = None,
+) -> list[ClaimAllocation] | None:
+    """Allocate devices for all `claims` on `node`; see the module docstring for outcomes.
+
+    Args:
+        should_stop: polled once per search step; a non-empty cause aborts the search with
+            `AllocationAborted("filter operation aborted: <cause>")`.
+        new_share_id: makes the shareID of each share of a multi-allocatable device.
+        candidate_order: optional reordering of the node's devices (search preference);
+            feasibility does not depend on it, only which solution is found first.
+    """
+    search = _Search(
+        claims=claims,
+        node=node,
+        pools=pools,
+        features=features,
+        classes=classes,
+        allocated=allocated,
+        evaluator=evaluator,
+        should_stop=should_stop,
+        new_share_id=new_share_id,
+    )
+    if candidate_order is not None:
+        search.candidates = candidate_order(search.candidates)
+    return search.run()
+
+
+class _Search:
+    """State of one `allocate` call (upstream's `allocator`); used by one thread only."""
+
+    def __init__(
+        self,
+        *,
+        claims: Sequence[ClaimSpec],
+        node: Node,
+        pools: Sequence[Pool],
+        features: Features,
+        classes: ClassLookup,
+        allocated: AllocatedState,
+        evaluator: SelectorEvaluator,
+        should_stop: Callable[[], str | None],
+        new_share_id: Callable[[], str],
+    ) -> None:
+        self.claims = claims
+        self.node = node
+        self.pools = pools
+        self.features = features
+        self.classes = classes
+        self.allocated = allocated
+        self.evaluator = evaluator
+        self.should_stop = should_stop
+        self.new_share_id = new_share_id
+        self.requests: dict[tuple[int, int, int], _Request] = {}
+        self.selected_sub: dict[tuple[int, int], int] = {}
+        self.constraints: list[list[Constraint]] = []
+        self.matches: dict[tuple[int, int, int, int], bool] = {}  # (id(device), claim, req, sub)
+        self.allocating: dict[DeviceID, set[int]] = {}
+        self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}
+        self.available_counters: dict[int, dict[str, dict[str, Quantity]]] = {}
+        self.consumed_counters: dict[int, dict[str, dict[str, Quantity]]] = {}
+        self.results: list[list[DeviceResult]] = [[] for _ in claims]
+        self.shared_devices = {device_id for device_id, _ in allocated.shared_ids} | set(
+            allocated.aggregated_capacity
+        )
+        self.candidates = [
+            _Candidate(device, slice_, pool)
+            for pool in pools
+            if not pool.incomplete and not pool.invalid
+            for slice_ in pool.slices
+            for device in slice_.devices
+        ]
+        self.position = {id(c.device): i for i, c in enumerate(self.candidates)}
+
+    # ----------------------------------------------------------------- validation
+    def run(self) -> list[ClaimAllocation] | None:
+        for claim_index, claim in enumerate(self.claims):
+            self._validate_claim(claim_index, claim)
+        done = self._allocate_one(0, 0, 0, 0, in_subrequest=False, start=0)
+        if done is not True:
+            if any(pool.invalid for pool in self.pools):
+                raise NodeScopedError("invalid resource pools were encountered")
+            return None
+        return [
+            build_allocation(
+                claim,
+                self.results[index],
+                node_name=(self.node.get("metadata") or {}).get("name", ""),
+                chosen_classes=self._chosen_classes(index),
+                selected_subrequests={r: s for (c, r), s in self.selected_sub.items() if c == index},
+                features=self.features,
+            )
+            for index, claim in enumerate(self.claims)
+        ]
+
+    def _chosen_classes(self, claim_index: int) -> list[tuple[str, DeviceClassSpec]]:
+        chosen = []
+        for request_index, request in enumerate(self.claims[claim_index].requests):
+            if request.first_available:
+                sub = self.selected_sub.get((claim_index, request_index), 0)
+                data = self.requests[(claim_index, request_index, sub)]
+                chosen.append((f"{request.name}/{data.spec.name}", data.device_class))
+            else:
+                chosen.append((request.name, self.requests[(claim_index, request_index, 0)].device_class))
+        return chosen
+
+    def _validate_claim(self, claim_index: int, claim: ClaimSpec) -> None:
+        min_devices = 0
+        for request_index, request in enumerate(claim.requests):
+            if request.first_available and not self.features.prioritized_list:
+                raise AllocationError(
+                    f"claim {claim.ref}, request {request.name}: has subrequests, "
+                    "but the DRAPrioritizedList feature is disabled"
+                )
+            if (
+                not self.features.consumable_capacity
+                and request.exactly is not None
+                and request.exactly.capacity is not None
+            ):
+                raise AllocationError(
+                    f"claim {claim.ref}, request {request.name}: has capacity requests, "
+                    "but the DRAConsumableCapacity feature is disabled"
+                )
+            if request.first_available:
+                fewest = None
+                for sub_index, sub in enumerate(request.first_available):
+                    data = self._validate_request(
+                        claim, claim_index, request_index, sub_index, sub, request.name
+                    )
+                    fewest = data.num_devices if fewest is None else min(fewest, data.num_devices)
+                min_devices += fewest or 0
+            elif request.exactly is not None:
+                data = self._validate_request(claim, claim_index, request_index, 0, request.exactly, "")
+                min_devices += data.num_devices
+            else:
+                raise AllocationError(
+                    f"claim {claim.ref}, request {request.name}: missing device class name "
+                    "(unsupported request type?)"
+                )
+        if min_devices > MAX_DEVICES_PER_CLAIM:
+            raise AllocationError(
+                f"claim {claim.ref}: number of requested devices {min_devices} "
+                f"exceeds the claim limit of {MAX_DEVICES_PER_CLAIM}"
+            )
+        constraints = []
+        for index, spec in enumerate(claim.constraints):
+            if spec.match_attribute is None and spec.distinct_attribute is None:
+                raise AllocationError(
+                    f"claim {claim.ref}, constraint #{index}: empty constraint (unsupported constraint type?)"
+                )
+            constraints.append(Constraint(spec, list_types=self.features.list_type_attributes))
+        self.constraints.append(constraints)
+
+    def _validate_request(
+        self,
+        claim: ClaimSpec,
+        claim_index: int,
+        request_index: int,
+        sub_index: int,
+        spec: RequestSpec,
+        parent: str,
+    ) -> _Request:
+        if not self.features.consumable_capacity and parent and spec.capacity is not None:
+            raise AllocationError(
+                f"claim {claim.ref}, subrequest {spec.name}: has capacity requests, "
+                "but the DRAConsumableCapacity feature is disabled"
+            )
+        for index, selector in enumerate(spec.selectors):
+            if selector.expression is None:
+                raise AllocationError(
+                    f"claim {claim.ref}, request {spec.name}, selector #{index}: "
+                    "CEL expression empty (unsupported selector type?)"
+                )
+        if not self.features.admin_access and spec.admin_access is not None:
+            raise AllocationError(
+                f"claim {claim.ref}, request {spec.name}: "
+                "admin access is requested, but the feature is disabled"
+            )
+        if not spec.class_name:
+            raise AllocationError(
+                f"claim {claim.ref}, request {spec.name}: "
+                "missing device class name (unsupported request type?)"
+            )
+        device_class = self.classes.get_class(spec.class_name)
+        if device_class is None:
+            raise AllocationError(
+                f"claim {claim.ref}, request {spec.name}: could not retrieve device class {spec.class_name}: "
+                f'deviceclass.resource.k8s.io "{spec.class_name}" not found'
+            )
+        key = (claim_index, request_index, sub_index)
+        data = _Request(spec=spec, parent=parent, device_class=device_class, num_devices=0)
+        self.requests[key] = data
+        if spec.mode == EXACT_COUNT:
+            data.num_devices = spec.count
+        elif spec.mode == ALL:
+            data.all_devices = []
+            for pool in self.pools:
+                if pool.incomplete:
+                    raise AllocationError(
+                        f"claim {claim.ref}, request {spec.name}: asks for all devices, "
+                        f"but resource pool {pool.id} is currently being updated"
+                    )
+                if pool.invalid:
+                    raise AllocationError(
+                        f"claim {claim.ref}, request {spec.name}: asks for all devices, "
+                        f"but resource pool {pool.id} is currently invalid"
+                    )
+                for slice_ in pool.slices:
+                    for device in slice_.devices:
+                        if not self._selectable(key, data, device, slice_):
+                            continue
+                        if self.features.consumable_capacity and not self._capacity_fits(data, device):
+                            continue
+                        data.all_devices.append((device, slice_, pool))
+            data.num_devices = len(data.all_devices)
+        else:
+            raise AllocationError(
+                f"claim {claim.ref}, request {spec.name}: unsupported count mode {spec.mode}"
+            )
+        return data
+
+    # ----------------------------------------------------------------- selection
+    def _selectable(self, key: tuple[int, int, int], data: _Request, device: Device, slice_: Slice) -> bool:
+        if not self.features.device_binding_and_status and device.binding_conditions:
+            return False
+        memo_key = (id(device), *key)
+        cached = self.matches.get(memo_key)
+        if cached is not None:
+            return cached
+        result = self._selectors_match(data.device_class.selectors, device, f"class {data.device_class.name}")
+        if result:
+            claim = self.claims[key[0]]
+            result = self._selectors_match(data.spec.selectors, device, f"claim {claim.ref}")
+        if result and slice_.per_device_node_selection:
+            result = node_matches(
+                self.node,
+                node_name=device.node_name,
+                all_nodes=device.all_nodes,
+                node_selector=device.node_selector,
+            )
+        self.matches[memo_key] = result
+        return result
+
+    def _selectors_match(self, selectors: Sequence[Selector], device: Device, owner: str) -> bool:
+        for index, selector in enumerate(selectors):
+            try:
+                if not self.evaluator.evaluate(selector.expression or "", device):
+                    return False
+            except CelCompileError as exc:
+                raise CelCompileError(f"{owner}: selector #{index}: CEL compile error: {exc}") from exc
+            except CelRuntimeError as exc:
+                raise CelRuntimeError(f"{owner}: selector #{index}: CEL runtime error: {exc}") from exc
+        return True
+
+    def _capacity_fits(self, data: _Request, device: Device) -> bool:
+        multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        return capacity.fits(
+            device,
+            data.spec.capacity,
+            multi=multi,
+            existing=self.allocated.aggregated_capacity.get(device.id),
+            allocating=self.allocating_capacity.get(device.id),
+        )
+
+    # ----------------------------------------------------------------- search
+    def _allocate_one(self, c: int, r: int, s: int, d: int, *, in_subrequest: bool, start: int) -> Outcome:
+        cause = self.should_stop()
+        if cause:
+            raise AllocationAborted(f"filter operation aborted: {cause}")
+        if c >= len(self.claims):
+            return True
+        claim = self.claims[c]
+        if r >= len(claim.requests):
+            outcome = self._allocate_one(c + 1, 0, 0, 0, in_subrequest=False, start=0)
+            return False if outcome is MAX_EXCEEDED else outcome
+        data = self.requests[(c, r, s)]
+        if not in_subrequest and data.parent:
+            all_exceeded = True
+            for sub in range(len(claim.requests[r].first_available)):
+                outcome = self._allocate_one(c, r, sub, 0, in_subrequest=True, start=0)
+                if outcome is MAX_EXCEEDED:
+                    continue
+                all_exceeded = False
+                if outcome is True:
+                    self.selected_sub[(c, r)] = sub
+                    return True
+            return MAX_EXCEEDED if all_exceeded else False
+
+        spec = data.spec
+        if spec.mode == ALL and not data.all_devices:
+            return False
+        if d >= data.num_devices:
+            return self._allocate_one(c, r + 1, 0, 0, in_subrequest=False, start=0)
+        if len(self.results[c]) + data.num_devices - d > MAX_DEVICES_PER_CLAIM:
+            return MAX_EXCEEDED
+
+        if spec.mode == ALL:
+            assert data.all_devices is not None
+            device, slice_, pool = data.all_devices[d]
+            undo = self._allocate_device(c, r, s, data, _Candidate(device, slice_, pool), must=True)
+            if undo is None:
+                return False
+            outcome = self._allocate_one(c, r, s, d + 1, in_subrequest=in_subrequest, start=0)
+            if outcome is not True:
+                undo()
+            return outcome
+
+        key = (c, r, s)
+        for position in range(start, len(self.candidates)):
+            candidate = self.candidates[position]
+            device = candidate.device
+            if spec.is_admin:
+                if c in self.allocating.get(device.id, ()):
+                    continue
+            elif self._in_use(device):
+                continue
+            if not self._selectable(key, data, device, candidate.slice):
+                continue
+            if self.features.consumable_capacity and not self._capacity_fits(data, device):
+                continue
+            undo = self._allocate_device(c, r, s, data, candidate, must=False)
+            if undo is None:
+                continue
+            outcome = self._allocate_one(c, r, s, d + 1, in_subrequest=in_subrequest, start=position + 1)
+            if outcome is True:
+                return True
+            undo()
+            if outcome is MAX_EXCEEDED:
+                return outcome
+        return False
+
+    def _in_use(self, device: Device) -> bool:
+        if device.id in self.allocated.devices or self.allocating.get(device.id):
+            return True
+        multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        return not multi and device.id in self.shared_devices
+
+    def _allocate_device(
+        self, c: int, r: int, s: int, data: _Request, candidate: _Candidate, *, must: bool
+    ) -> Callable[[], None] | None:
+        """Try to add one device; returns an undo function, or None if it cannot be added."""
+        device = candidate.device
+        spec = data.spec
+        claim = self.claims[c]
+        multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        if spec.is_admin:
+            if not multi and c in self.allocating.get(device.id, ()):
+                return None
+        elif self._in_use(device):
+            return None
+        if device.consumes_counters and not self.features.partitionable_devices:
+            return None
+        counters_taken = False
+        if device.consumes_counters and not (multi and self._has_capacity_in_use(device)):
+            if not self._take_counters(candidate):
+                return None
+            counters_taken = True
+        if self.features.device_taints and not all_tolerated(device.taints, spec.tolerations):
+            if counters_taken:
+                self._release_counters(candidate)
+            return None
+
+        request_name, sub_name = (data.parent, spec.name) if data.parent else (spec.name, "")
+        constraints = self.constraints[c]
+        for index, constraint in enumerate(constraints):
+            if not constraint.add(request_name, sub_name, device):
+                if must:
+                    raise AllocationError(
+                        f"claim {claim.ref}, request {spec.name}: cannot add device {device.id} "
+                        "because a claim constraint would not be satisfied"
+                    )
+                for previous in constraints[:index]:
+                    previous.remove(request_name, sub_name)
+                if counters_taken:
+                    self._release_counters(candidate)
+                return None
+
+        consumed: dict[str, Quantity] | None = None
+        share_id = ""
+        if self.features.consumable_capacity:
+            if not self._capacity_fits(data, device):
+                for constraint in constraints:
+                    constraint.remove(request_name, sub_name)
+                if counters_taken:
+                    self._release_counters(candidate)
+                return None
+            if multi:
+                consumed = capacity.consumption(device, spec.capacity) or {}
+                share_id = self.new_share_id()
+                self._add_capacity(device.id, consumed, +1)
+        if not multi:
+            self.allocating.setdefault(device.id, set()).add(c)
+
+        self.results[c].append(
+            DeviceResult(
+                request=spec.name,
+                parent=data.parent,
+                device=device,
+                slice=candidate.slice,
+                admin_access=spec.is_admin,
+                tolerations=spec.tolerations,
+                share_id=share_id,
+                consumed_capacity=consumed or None,
+            )
+        )
+
+        def undo() -> None:
+            self.results[c].pop()
+            for constraint in constraints:
+                constraint.remove(request_name, sub_name)
+            if multi:
+                if consumed is not None:
+                    self._add_capacity(device.id, consumed, -1)
+            else:
+                self.allocating[device.id].discard(c)
+            if counters_taken:
+                self._release_counters(candidate)
+
+        return undo
+
+    # ----------------------------------------------------------------- counters and capacity
+    def _has_capacity_in_use(self, device: Device) -> bool:
+        return device.id in self.allocated.aggregated_capacity or bool(
+            self.allocating_capacity.get(device.id)
+        )
+
+    def _add_capacity(self, device_id: DeviceID, consumed: dict[str, Quantity], sign: int) -> None:
+        current = self.allocating_capacity.setdefault(device_id, {})
+        for name, amount in consumed.items():
+            base = current.get(name)
+            current[name] = amount if base is None and sign > 0 else _combine(base, amount, sign)
+        if sign < 0 and all(q.exact == 0 for q in current.values()):
+            del self.allocating_capacity[device_id]
+
+    def _available(self, pool: Pool) -> dict[str, dict[str, Quantity]]:
+        key = id(pool)
+        available = self.available_counters.get(key)
+        if available is None:
+            available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+            for slice_ in (*pool.slices, *pool.slices_not_targeting_node):
+                for device in slice_.devices:
+                    # Dedicated allocations and existing shares both hold the device's counters.
+                    if device.id not in self.allocated.devices and device.id not in self.shared_devices:
+                        continue
+                    for set_name, counters in device.consumes_counters:
+                        target = available.get(set_name, {})
+                        for name, amount in counters.items():
+                            if name in target:
+                                target[name] = target[name] - amount
+            self.available_counters[key] = available
+        return available
+
+    def _take_counters(self, candidate: _Candidate) -> bool:
+        pool = candidate.pool
+        available = self._available(pool)
+        consumed = self.consumed_counters.setdefault(id(pool), {})
+        for set_name, counters in candidate.device.consumes_counters:
+            target = consumed.setdefault(set_name, {})
+            for name, amount in counters.items():
+                target[name] = _combine(target.get(name), amount, +1)
+        for set_name, counters in available.items():
+            used = consumed.get(set_name, {})
+            for name, amount in counters.items():
+                if name in used and amount.exact < used[name].exact:
+                    self._release_counters(candidate)
+                    return False
+        return True
+
+    def _release_counters(self, candidate: _Candidate) -> None:
+        consumed = self.consumed_counters[id(candidate.pool)]
+        for set_name, counters in candidate.device.consumes_counters:
+            target = consumed[set_name]
+            for name, amount in counters.items():
+                target[name] = _combine(target[name], amount, -1)
+
+
+def _combine(base: Quantity | None, amount: Quantity, sign: int) -> Quantity:
+    if base is None:
+        return amount if sign > 0 else Quantity.from_fraction(-amount.exact, amount.fmt)
+    return base + amount if sign > 0 else base - amount

@@ -1,0 +1,97 @@
+"""Claim constraints: `matchAttribute` and `distinctAttribute` (spec dra.md §3.4).
+
+Both are monotonic, so the search may stop as soon as `add` fails. `add` and `remove` are
+called in strict LIFO order by the depth-first search, so the state is a stack.
+
+Attribute values are compared as sets of typed elements: a scalar is a one-element set. With
+list-type attributes off every set has one element, which reduces to upstream's scalar rules
+(same type and same value for match; different value for distinct).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.allocator.model import Device
+from extender.allocator.requests import ConstraintSpec
+from extender.errors import AllocationError
+
+_SCALAR_KINDS = ("int", "bool", "string", "version")
+_LIST_KINDS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
+
+Element = tuple[str, Any]
+
+
+def lookup_attribute(device: Device, qualified_name: str) -> dict[str, Any] | None:
+    """Upstream lookupAttribute: exact key, else the bare id when the domain is the device's driver."""
+    value = device.attributes.get(qualified_name)
+    if value is not None:
+        return value
+    domain, sep, ident = qualified_name.partition("/")
+    if not sep or domain != device.id.driver:
+        return None
+    return device.attributes.get(ident)
+
+
+def attribute_elements(value: dict[str, Any], *, list_types: bool, name: str) -> frozenset[Element] | None:
+    """The typed elements of an attribute value; None for a value of unknown type.
+
+    Raises AllocationError for a list value while list-type attributes are off.
+    """
+    for kind in _SCALAR_KINDS:
+        if value.get(kind) is not None:
+            return frozenset({(kind, value[kind])})
+    for kind, element_kind in _LIST_KINDS.items():
+        items = value.get(kind)
+        if items is not None:
+            if not list_types or not items:
+                raise AllocationError(f"attribute {name}: unsupported attribute value")
+            return frozenset((element_kind, item) for item in items)
+    return None
+
+
+class Constraint:
+    """One claim constraint with its running state for the current search branch."""
+
+    __slots__ = ("_attribute", "_distinct", "_list_types", "_requests", "_stack")
+
+    def __init__(self, spec: ConstraintSpec, *, list_types: bool) -> None:
+        self._requests = spec.requests
+        self._distinct = spec.distinct_attribute is not None
+        self._attribute: str = spec.distinct_attribute or spec.match_attribute or ""
+        self._list_types = list_types
+        # match: running intersections (one per added device); distinct: each device's set.
+        self._stack: list[frozenset[Element]] = []
+
+    def applies_to(self, request: str, subrequest: str) -> bool:
+        """Empty `requests` covers all; a parent name covers its subrequests; `req/sub` covers one."""
+        if not self._requests:
+            return True
+        return request in self._requests or (bool(subrequest) and f"{request}/{subrequest}" in self._requests)
+
+    def add(self, request: str, subrequest: str, device: Device) -> bool:
+        """Try to add a device; True (and state updated) if the constraint still holds."""
+        if not self.applies_to(request, subrequest):
+            return True
+        raw = lookup_attribute(device, self._attribute)
+        if raw is None:
+            return False
+        elements = attribute_elements(raw, list_types=self._list_types, name=self._attribute)
+        if elements is None:
+            return False
+        if self._distinct:
+            if any(elements & previous for previous in self._stack):
+                return False
+            self._stack.append(elements)
+            return True
+        if self._stack:
+            elements = elements & self._stack[-1]
+            if not elements:
+                return False
+        self._stack.append(elements)
+        return True
+
+    def remove(self, request: str, subrequest: str) -> None:
+        """Undo the matching successful `add` (always the most recent one that applied)."""
+        if self.applies_to(request, subrequest):
+            self._stack.pop()

@@ -1,0 +1,201 @@
+"""Parsed, immutable views of ResourceSlices and their devices.
+
+The allocator never reads raw slice dicts: `parse_slice` turns one ResourceSlice into a `Slice`
+holding `Device`s. A Device object lives as long as its slice is unchanged, so the per-device
+caches it carries (the CEL input and selector results, see `extender.cel`) are reused across
+scheduling cycles and thrown away with the slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from extender.quantity import Quantity
+
+
+class DeviceID(NamedTuple):
+    """driver/pool/device: the identity of a device across the cluster."""
+
+    driver: str
+    pool: str
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+class PoolID(NamedTuple):
+    """driver/pool."""
+
+    driver: str
+    pool: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A device taint (from the slice or a DeviceTaintRule)."""
+
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySpec:
+    """One device capacity: its value and, for multi-allocatable devices, the request policy."""
+
+    value: Quantity
+    default: Quantity | None = None
+    valid_values: tuple[Quantity, ...] = ()
+    range_min: Quantity | None = None
+    range_max: Quantity | None = None
+    range_step: Quantity | None = None
+
+    @property
+    def has_policy(self) -> bool:
+        return self.default is not None or bool(self.valid_values) or self.range_min is not None
+
+
+@dataclass(eq=False, slots=True)
+class Device:
+    """One device of a slice. Identity (eq/hash) is object identity: devices are never copied.
+
+    `cel_input` and `selector_results` are caches owned by `extender.cel.matching`; they are the
+    only mutable fields and are written only by the thread that evaluates selectors.
+    """
+
+    id: DeviceID
+    slice_name: str
+    attributes: dict[str, dict[str, Any]]
+    capacity: dict[str, CapacitySpec]
+    consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...]
+    taints: tuple[Taint, ...]
+    binding_conditions: tuple[str, ...]
+    binding_failure_conditions: tuple[str, ...]
+    binds_to_node: bool
+    allow_multiple_allocations: bool
+    # Only meaningful when the slice uses perDeviceNodeSelection.
+    node_name: str | None
+    node_selector: dict[str, Any] | None
+    all_nodes: bool
+    cel_input: Any = None
+    selector_results: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.id.device
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A ResourceSlice, parsed. `devices` keep the order the driver listed them in."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    resource_slice_count: int
+    node_name: str | None
+    node_selector: dict[str, Any] | None
+    all_nodes: bool
+    per_device_node_selection: bool
+    shared_counters: tuple[tuple[str, dict[str, Quantity]], ...]
+    devices: tuple[Device, ...]
+
+    @property
+    def pool_id(self) -> PoolID:
+        return PoolID(self.driver, self.pool)
+
+
+def _quantity(value: Any, where: str) -> Quantity:
+    try:
+        return Quantity.parse(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: invalid quantity {value!r}: {exc}") from exc
+
+
+def _counters(raw: dict[str, Any] | None, where: str) -> dict[str, Quantity]:
+    return {
+        name: _quantity((counter or {}).get("value"), f"{where}.{name}")
+        for name, counter in (raw or {}).items()
+    }
+
+
+def _capacity(name: str, raw: dict[str, Any], where: str) -> CapacitySpec:
+    value = _quantity(raw.get("value"), f"{where}.{name}.value")
+    policy = raw.get("requestPolicy") or {}
+    default = policy.get("default")
+    valid_range = policy.get("validRange") or {}
+    return CapacitySpec(
+        value=value,
+        default=_quantity(default, f"{where}.{name}.requestPolicy.default") if default is not None else None,
+        valid_values=tuple(
+            _quantity(v, f"{where}.{name}.requestPolicy.validValues") for v in policy.get("validValues") or ()
+        ),
+        range_min=_quantity(valid_range["min"], where) if valid_range.get("min") is not None else None,
+        range_max=_quantity(valid_range["max"], where) if valid_range.get("max") is not None else None,
+        range_step=_quantity(valid_range["step"], where) if valid_range.get("step") is not None else None,
+    )
+
+
+def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str, where: str) -> Device:
+    """Parse one entry of `spec.devices`; raises ValueError naming the field on bad input."""
+    taints = tuple(
+        Taint(key=t.get("key", ""), value=t.get("value", "") or "", effect=t.get("effect", "") or "")
+        for t in raw.get("taints") or ()
+    )
+    consumes = tuple(
+        (c.get("counterSet", ""), _counters(c.get("counters"), f"{where}.consumesCounters[{i}]"))
+        for i, c in enumerate(raw.get("consumesCounters") or ())
+    )
+    return Device(
+        id=DeviceID(driver, pool, raw["name"]),
+        slice_name=slice_name,
+        attributes=dict(raw.get("attributes") or {}),
+        capacity={
+            name: _capacity(name, cap or {}, f"{where}.capacity")
+            for name, cap in (raw.get("capacity") or {}).items()
+        },
+        consumes_counters=consumes,
+        taints=taints,
+        binding_conditions=tuple(raw.get("bindingConditions") or ()),
+        binding_failure_conditions=tuple(raw.get("bindingFailureConditions") or ()),
+        binds_to_node=bool(raw.get("bindsToNode")),
+        allow_multiple_allocations=bool(raw.get("allowMultipleAllocations")),
+        node_name=raw.get("nodeName") or None,
+        node_selector=raw.get("nodeSelector"),
+        all_nodes=bool(raw.get("allNodes")),
+    )
+
+
+def parse_slice(raw: dict[str, Any]) -> Slice:
+    """Parse one ResourceSlice object; raises ValueError naming the field on bad input."""
+    name = (raw.get("metadata") or {}).get("name", "")
+    spec = raw.get("spec") or {}
+    driver = spec.get("driver", "")
+    pool = spec.get("pool") or {}
+    pool_name = pool.get("name", "")
+    devices = tuple(
+        parse_device(d, driver=driver, pool=pool_name, slice_name=name, where=f"spec.devices[{i}]")
+        for i, d in enumerate(spec.get("devices") or ())
+    )
+    return Slice(
+        name=name,
+        driver=driver,
+        pool=pool_name,
+        generation=int(pool.get("generation") or 0),
+        resource_slice_count=int(pool.get("resourceSliceCount") or 0),
+        node_name=spec.get("nodeName") or None,
+        node_selector=spec.get("nodeSelector"),
+        all_nodes=bool(spec.get("allNodes")),
+        per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
+        shared_counters=tuple(
+            (cs.get("name", ""), _counters(cs.get("counters"), f"spec.sharedCounters[{i}]"))
+            for i, cs in enumerate(spec.get("sharedCounters") or ())
+        ),
+        devices=devices,
+    )

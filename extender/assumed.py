@@ -1,0 +1,58 @@
+"""Assumed allocations: devices this service chose whose claim writes are not visible yet.
+
+The binder records an allocation here before it writes the claim, so the next filter already
+sees the devices as taken (DESIGN principle 4: never double-allocate). An entry is dropped when
+the write shows up in the cluster state, when the bind fails, or when it expires (the write
+never arrived, e.g. the process lost a race it did not observe).
+
+Written by the binder, read by placement; both run on the event loop, so no lock is needed.
+`version` changes with every mutation so placement can cache what it derives from the entries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Assumption:
+    claim_uid: str
+    pod_uid: str
+    allocation: dict[str, Any]
+    expires_at: float
+
+
+class AssumeCache:
+    """claim uid -> in-flight allocation, with expiry (see module docstring)."""
+
+    def __init__(self, *, ttl_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl = ttl_seconds
+        self._clock = clock
+        self._entries: dict[str, Assumption] = {}
+        self.version = 0
+
+    def assume(self, claim_uid: str, allocation: dict[str, Any], *, pod_uid: str) -> None:
+        """Record an allocation that is about to be written."""
+        self._entries[claim_uid] = Assumption(claim_uid, pod_uid, allocation, self._clock() + self._ttl)
+        self.version += 1
+
+    def forget(self, claim_uid: str) -> None:
+        """Drop an entry (write visible, or bind failed)."""
+        if self._entries.pop(claim_uid, None) is not None:
+            self.version += 1
+
+    def active(self) -> dict[str, dict[str, Any]]:
+        """Unexpired allocations by claim uid; expired entries are dropped here."""
+        now = self._clock()
+        expired = [uid for uid, entry in self._entries.items() if entry.expires_at <= now]
+        for uid in expired:
+            del self._entries[uid]
+        if expired:
+            self.version += 1
+        return {uid: entry.allocation for uid, entry in self._entries.items()}
+
+    def __len__(self) -> int:
+        return len(self._entries)

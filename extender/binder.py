@@ -1,0 +1,128 @@
+"""Bind in file/sample mode: allocate the pod's pending claims and record the result in memory.
+
+`/bind` receives only the pod's name, namespace, UID and node. The pod comes from the cluster
+state or, failing that, from the pods this process saw in filter/prioritize. Binds are
+serialised by one asyncio lock, and each bind re-runs the allocator against the state as it is
+at that moment, so two concurrent binds can never hand out the same device: the second sees the
+first one's claim writes.
+
+What is written mirrors what kube-scheduler's DynamicResources plugin writes at PreBind
+(extender-protocol.md §7.3): the delete-protection finalizer, `status.allocation` and a
+`status.reservedFor` entry on each pending claim, `reservedFor` on claims already allocated,
+then the pod's `spec.nodeName` (the Binding). Claims allocated elsewhere are left alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from typing import Any
+
+from extender.claims import allocation_fits_node, claim_ref, resolve_pod_claims
+from extender.cluster.state import ClusterState
+from extender.errors import AllocationError
+from extender.placement import Placement
+
+log = logging.getLogger(__name__)
+
+#: Finalizer the scheduler adds to claims it allocates.
+DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
+
+Obj = dict[str, Any]
+
+
+class InMemoryBinder:
+    """BindService writing into a ClusterState (see module docstring)."""
+
+    def __init__(self, state: ClusterState, placement: Placement) -> None:
+        self._state = state
+        self._placement = placement
+        self._lock = asyncio.Lock()
+
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+        async with self._lock:
+            try:
+                return self._bind(namespace=namespace, name=name, uid=uid, node=node)
+            except AllocationError as exc:
+                return str(exc)
+
+    def _find_pod(self, namespace: str, name: str, uid: str) -> Obj | None:
+        pod = self._state.get("Pod", name, namespace)
+        if pod is not None and (not uid or (pod.get("metadata") or {}).get("uid") in ("", None, uid)):
+            return pod
+        return self._placement.pods_seen.get(uid) if uid else None
+
+    def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+        pod = self._find_pod(namespace, name, uid)
+        if pod is None:
+            return (
+                f"pod {namespace}/{name} (uid {uid}) is unknown: it is not in the cluster state "
+                "and this extender never saw it in filter or prioritize"
+            )
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            return "" if bound_to == node else f"pod {namespace}/{name} is already bound to node {bound_to}"
+        index = self._placement.index()
+        node_obj = index.nodes.get(node)
+        if node_obj is None and not index.nodes:
+            return f"node {node} is unknown"
+        claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
+        if claims.problem:
+            return claims.problem
+        for claim in claims.allocated:
+            if not allocation_fits_node(claim, node_obj or {"metadata": {"name": node}}):
+                return f"resourceclaim {claim_ref(claim)} not available on node {node}"
+        evaluation = self._placement.evaluate(pod, [node])
+        if evaluation.error:
+            return evaluation.error
+        verdict = evaluation.verdicts[node]
+        if verdict.status != "passed":
+            return f"pod {namespace}/{name} cannot be bound to node {node}: {verdict.reason}"
+        allocations = self._placement.allocations_on(evaluation, node) if claims.pending else []
+        if allocations is None:
+            return f"pod {namespace}/{name}: cannot allocate all claims on node {node}"
+        pod_meta = pod.get("metadata") or {}
+        consumer = {"resource": "pods", "name": pod_meta.get("name", name), "uid": pod_meta.get("uid", uid)}
+        for claim, allocation in zip(claims.pending, allocations, strict=True):
+            self._state.upsert(_allocated_claim(claim, allocation.allocation, consumer))
+        for claim in claims.allocated:
+            original = self._state.get(
+                "ResourceClaim", claim["metadata"]["name"], claim["metadata"].get("namespace", "")
+            )
+            if original is not None:
+                self._state.upsert(_reserved_claim(original, consumer))
+        bound = copy.deepcopy(pod)
+        bound.setdefault("kind", "Pod")
+        bound.setdefault("metadata", {}).setdefault("namespace", namespace)
+        bound.setdefault("spec", {})["nodeName"] = node
+        self._state.upsert(bound)
+        log.info(
+            "bound pod %s/%s to %s, allocated %d claim(s): %s",
+            namespace,
+            name,
+            node,
+            len(allocations),
+            ", ".join(
+                f"{a.claim.ref}=[{', '.join(r.device.id.device for r in a.devices)}]" for a in allocations
+            ),
+        )
+        return ""
+
+
+def _reserved_claim(claim: Obj, consumer: dict[str, str]) -> Obj:
+    updated = copy.deepcopy(claim)
+    status = updated.setdefault("status", {})
+    reserved = status.setdefault("reservedFor", [])
+    if all(r.get("uid") != consumer["uid"] for r in reserved):
+        reserved.append(dict(consumer))
+    return updated
+
+
+def _allocated_claim(claim: Obj, allocation: Obj, consumer: dict[str, str]) -> Obj:
+    updated = _reserved_claim(claim, consumer)
+    finalizers = updated.setdefault("metadata", {}).setdefault("finalizers", [])
+    if DELETE_PROTECTION_FINALIZER not in finalizers:
+        finalizers.append(DELETE_PROTECTION_FINALIZER)
+    updated["status"]["allocation"] = copy.deepcopy(allocation)
+    return updated

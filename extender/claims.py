@@ -1,0 +1,183 @@
+"""Pod -> ResourceClaims: which claims a pod uses, which are already allocated, which are pending.
+
+Mirrors the in-tree DynamicResources plugin's PreEnqueue/PreFilter checks (extender-protocol.md
+§7.1-§7.2): a template claim that is not created yet, a claim that is being deleted, a claim not
+owned by the pod, or a claim whose consumers are full make the pod unschedulable everywhere.
+Those are returned as `PodClaims.problem`, never raised, so one bad pod cannot affect another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.allocator.model import DeviceID
+from extender.allocator.nodeselection import selector_matches
+from extender.cluster.state import ClusterState
+from extender.quantity import Quantity
+
+#: Namespace label that allows `adminAccess: true` requests (resource.kubernetes.io/admin-access).
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+#: resourceapi.ResourceClaimReservedForMaxSize.
+RESERVED_FOR_MAX = 256
+
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class PodClaims:
+    """The claims of one pod, split by state. `problem` non-empty: unschedulable everywhere."""
+
+    pending: list[Obj] = field(default_factory=list)  # unallocated claims, in pod order
+    allocated: list[Obj] = field(default_factory=list)  # allocated claims the pod uses
+    problem: str = ""
+
+    @property
+    def uses_claims(self) -> bool:
+        return bool(self.pending or self.allocated or self.problem)
+
+
+def pod_ref(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+def claim_ref(claim: Obj) -> str:
+    meta = claim.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+def resolve_pod_claims(pod: Obj, state: ClusterState, *, assumed: dict[str, Obj] | None = None) -> PodClaims:
+    """Find the pod's claims in `state`; `assumed` maps claim uid -> in-flight allocation."""
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    pod_uid = meta.get("uid", "")
+    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()}
+    result = PodClaims()
+    seen: set[str] = set()
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
+        entry_name = entry.get("name", "")
+        from_template = bool(entry.get("resourceClaimTemplateName"))
+        if entry.get("resourceClaimName"):
+            claim_name = entry["resourceClaimName"]
+        elif from_template:
+            status = statuses.get(entry_name)
+            if status is None:
+                result.problem = f'pod "{pod_ref(pod)}": ResourceClaim not created yet'
+                return result
+            claim_name = status.get("resourceClaimName")
+            if not claim_name:
+                continue  # intentionally not created (e.g. no container uses it)
+        else:
+            result.problem = (
+                f'pod "{pod_ref(pod)}": resourceClaims entry "{entry_name}" names no claim or template'
+            )
+            return result
+        if claim_name in seen:
+            continue
+        seen.add(claim_name)
+        claim = state.get("ResourceClaim", claim_name, namespace)
+        if claim is None:
+            result.problem = f'resourceclaim "{namespace}/{claim_name}" not found'
+            return result
+        claim_meta = claim.get("metadata") or {}
+        if claim_meta.get("deletionTimestamp"):
+            result.problem = f'resourceclaim "{claim_name}" is being deleted'
+            return result
+        if from_template and not _owned_by(claim, pod_uid):
+            result.problem = (
+                f"ResourceClaim {namespace}/{claim_name} was not created for pod {pod_ref(pod)} "
+                "(pod is not owner)"
+            )
+            return result
+        allocation = (claim.get("status") or {}).get("allocation") or (assumed or {}).get(
+            claim_meta.get("uid", "")
+        )
+        if allocation:
+            reserved = (claim.get("status") or {}).get("reservedFor") or ()
+            if len(reserved) >= RESERVED_FOR_MAX and all(r.get("uid") != pod_uid for r in reserved):
+                result.problem = "resourceclaim in use"
+                return result
+            result.allocated.append(_with_allocation(claim, allocation))
+        else:
+            problem = _admin_access_problem(claim, state)
+            if problem:
+                result.problem = problem
+                return result
+            result.pending.append(claim)
+    return result
+
+
+def _owned_by(claim: Obj, pod_uid: str) -> bool:
+    return any(
+        ref.get("controller") and ref.get("kind") == "Pod" and ref.get("uid") == pod_uid
+        for ref in (claim.get("metadata") or {}).get("ownerReferences") or ()
+    )
+
+
+def _with_allocation(claim: Obj, allocation: Obj) -> Obj:
+    if (claim.get("status") or {}).get("allocation") is allocation:
+        return claim
+    return {**claim, "status": {**(claim.get("status") or {}), "allocation": allocation}}
+
+
+def _admin_access_problem(claim: Obj, state: ClusterState) -> str:
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ()
+    if not any((r.get("exactly") or {}).get("adminAccess") for r in requests):
+        return ""
+    namespace = (claim.get("metadata") or {}).get("namespace") or "default"
+    ns = state.get("Namespace", namespace)
+    labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+    if labels.get(ADMIN_ACCESS_LABEL) == "true":
+        return ""
+    return (
+        f"claim {claim_ref(claim)}: admin access requires the namespace {namespace} "
+        f'to carry the label {ADMIN_ACCESS_LABEL}="true"'
+    )
+
+
+def allocation_fits_node(claim: Obj, node: Obj | None) -> bool:
+    """An allocated claim is usable on a node iff its allocation's nodeSelector matches (or is unset)."""
+    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
+    if not selector:
+        return True
+    return node is not None and selector_matches(node, selector)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevices:
+    """Devices held by allocated (or assumed) claims, as the allocator's AllocatedState needs them."""
+
+    devices: frozenset[DeviceID]
+    shared_ids: frozenset[tuple[DeviceID, str]]
+    aggregated_capacity: dict[DeviceID, dict[str, Quantity]]
+
+
+def collect_allocated(claims: list[Obj], assumed: dict[str, Obj]) -> AllocatedDevices:
+    """Scan allocations: results without adminAccess hold devices; shares add up capacity."""
+    devices: set[DeviceID] = set()
+    shared: set[tuple[DeviceID, str]] = set()
+    aggregated: dict[DeviceID, dict[str, Quantity]] = {}
+    allocations = []
+    written: set[str] = set()
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation:
+            allocations.append(allocation)
+            written.add((claim.get("metadata") or {}).get("uid", ""))
+    # An assumed allocation whose write already shows in the claim must not count twice.
+    allocations.extend(a for uid, a in assumed.items() if uid not in written)
+    for allocation in allocations:
+        for result in ((allocation or {}).get("devices") or {}).get("results") or ():
+            if result.get("adminAccess"):
+                continue
+            device_id = DeviceID(result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+            if result.get("shareID"):
+                shared.add((device_id, result["shareID"]))
+                total = aggregated.setdefault(device_id, {})
+                for name, value in (result.get("consumedCapacity") or {}).items():
+                    amount = Quantity.parse(value)
+                    total[name] = total[name] + amount if name in total else amount
+            else:
+                devices.add(device_id)
+    return AllocatedDevices(frozenset(devices), frozenset(shared), aggregated)

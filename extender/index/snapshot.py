@@ -1,0 +1,257 @@
+"""DeviceIndex: an immutable snapshot of every device each node can use, as columns.
+
+Built from a ClusterState whenever its `devices_generation` changes; readers hold a snapshot
+that never changes in place. Parsed slices (and with them the per-device CEL caches) are carried
+over from the previous snapshot when the raw slice object is unchanged, so a change to one
+slice costs that slice, not the cluster.
+
+Rows: one row per (node, device the node can use), in the allocator's search order for that
+node (pools by driver/pool name, slices by name, devices as listed). A network-attached device
+appears once per node that can reach it. Columns:
+- `row_node` (int32): the node's position in `node_names`;
+- `row_device`: the Device object (identity shared across nodes);
+- `row_special` (bool): the device needs the exact search (counters, shared capacity,
+  binding conditions, per-device node selection);
+- `row_tainted` (bool): the device has a taint that blocks unless tolerated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from extender.allocator.features import Features
+from extender.allocator.inputs import DeviceClassSpec, parse_device_class
+from extender.allocator.model import Device, DeviceID, PoolID, Slice, Taint, parse_slice
+from extender.allocator.nodeselection import node_matches
+from extender.allocator.pools import Pool, gather_pools
+from extender.allocator.taints import BLOCKING_EFFECTS
+from extender.cluster.state import ClusterState
+from extender.index.selecting import CachingEvaluator
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorMask:
+    """Which rows a (class, request selectors) pair selects; `error` rows raised in CEL."""
+
+    match: np.ndarray
+    error: np.ndarray
+
+
+class DeviceIndex:
+    """One immutable generation of the device index (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        generation: int,
+        features: Features,
+        nodes: dict[str, Obj],
+        slices: list[Slice],
+        classes: dict[str, DeviceClassSpec],
+        evaluator: CachingEvaluator,
+    ) -> None:
+        self.generation = generation
+        self.features = features
+        self.nodes = nodes
+        self.node_names: list[str] = list(nodes)
+        self.node_pos: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
+        self.slices = slices
+        self.classes = classes
+        self.evaluator = evaluator
+        self.by_pool: dict[PoolID, list[Slice]] = {}
+        local: dict[str, list[Slice]] = {}
+        shared: list[Slice] = []
+        for slice_ in slices:
+            self.by_pool.setdefault(slice_.pool_id, []).append(slice_)
+            if slice_.node_name and not slice_.shared_counters:
+                local.setdefault(slice_.node_name, []).append(slice_)
+            else:
+                shared.append(slice_)
+        self._local = local
+        self._shared = shared
+        self.pools: dict[str, list[Pool]] = {
+            name: gather_pools(
+                [*local.get(name, ()), *shared], node, features, all_slices_of_pool=self.by_pool
+            )
+            for name, node in nodes.items()
+        }
+        self._build_rows()
+        self._masks: dict[tuple[str, tuple[str, ...]], SelectorMask] = {}
+
+    # ----------------------------------------------------------------- rows
+    def _build_rows(self) -> None:
+        row_node: list[int] = []
+        row_device: list[Device] = []
+        special: list[bool] = []
+        tainted: list[bool] = []
+        bad_pool = np.zeros(len(self.node_names), dtype=bool)
+        features = self.features
+        for name, pools in self.pools.items():
+            pos = self.node_pos[name]
+            node = self.nodes[name]
+            for pool in pools:
+                if pool.invalid:
+                    bad_pool[pos] = True
+                if pool.incomplete or pool.invalid:
+                    continue
+                for slice_ in pool.slices:
+                    for device in slice_.devices:
+                        if device.binding_conditions and not features.device_binding_and_status:
+                            continue  # never selectable with the gate off
+                        if slice_.per_device_node_selection and not node_matches(
+                            node,
+                            node_name=device.node_name,
+                            all_nodes=device.all_nodes,
+                            node_selector=device.node_selector,
+                        ):
+                            continue
+                        row_node.append(pos)
+                        row_device.append(device)
+                        special.append(
+                            bool(device.consumes_counters)
+                            or bool(device.binding_conditions)
+                            or (features.consumable_capacity and device.allow_multiple_allocations)
+                            or slice_.per_device_node_selection
+                            or pool.has_binding_conditions
+                        )
+                        tainted.append(
+                            features.device_taints
+                            and any(t.effect in BLOCKING_EFFECTS for t in device.taints)
+                        )
+        self.row_node = np.asarray(row_node, dtype=np.int32)
+        self.row_device = row_device
+        self.row_special = np.asarray(special, dtype=bool)
+        self.row_tainted = np.asarray(tainted, dtype=bool)
+        self.node_has_invalid_pool = bad_pool
+        rows_of: dict[DeviceID, list[int]] = {}
+        for row, device in enumerate(row_device):
+            rows_of.setdefault(device.id, []).append(row)
+        self.rows_of = {k: np.asarray(v, dtype=np.int64) for k, v in rows_of.items()}
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.row_device)
+
+    # ----------------------------------------------------------------- masks
+    def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
+        """Rows selected by the class selectors then the request selectors (cached).
+
+        Evaluates CEL once per device and expression (results live on the devices); this is
+        the only place the filter path can run CEL, and only the first time a selector is seen.
+        """
+        key = (class_name, selectors)
+        cached = self._masks.get(key)
+        if cached is not None:
+            return cached
+        device_class = self.classes[class_name]
+        match = np.zeros(self.num_rows, dtype=bool)
+        error = np.zeros(self.num_rows, dtype=bool)
+        verdicts: dict[int, tuple[bool, bool]] = {}
+        class_exprs = tuple(s.expression or "" for s in device_class.selectors)
+        for row, device in enumerate(self.row_device):
+            verdict = verdicts.get(id(device))
+            if verdict is None:
+                verdict = self._evaluate(class_exprs, selectors, device)
+                verdicts[id(device)] = verdict
+            match[row], error[row] = verdict
+        result = SelectorMask(match=match, error=error)
+        self._masks[key] = result
+        return result
+
+    def _evaluate(
+        self, class_exprs: tuple[str, ...], request_exprs: tuple[str, ...], device: Device
+    ) -> tuple[bool, bool]:
+        from extender.errors import CelRuntimeError
+
+        try:
+            for expression in (*class_exprs, *request_exprs):
+                if not self.evaluator.evaluate(expression, device):
+                    return False, False
+        except CelRuntimeError:
+            return False, True
+        return True, False
+
+
+def build_index(
+    state: ClusterState,
+    features: Features,
+    *,
+    previous: DeviceIndex | None = None,
+    evaluator: CachingEvaluator | None = None,
+) -> DeviceIndex:
+    """Build a snapshot from the state, re-using parsed slices of `previous` that did not change."""
+    reuse: dict[int, Slice] = {}
+    if previous is not None:
+        reuse = previous._parsed_by_raw  # type: ignore[attr-defined]
+    rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
+    parsed_by_raw: dict[int, Slice] = {}
+    slices: list[Slice] = []
+    for raw in state.iter("ResourceSlice"):
+        slice_ = reuse.get(id(raw)) if not rule_taints else None
+        if slice_ is None:
+            try:
+                slice_ = parse_slice(raw)
+            except (KeyError, ValueError, TypeError) as exc:
+                name = (raw.get("metadata") or {}).get("name", "?")
+                log.warning("skipping ResourceSlice %s: %s", name, exc)
+                continue
+            if rule_taints:
+                slice_ = _with_rule_taints(slice_, rule_taints)
+        parsed_by_raw[id(raw)] = slice_
+        slices.append(slice_)
+    nodes = {(n.get("metadata") or {}).get("name", ""): n for n in state.iter("Node")}
+    classes = {c["metadata"]["name"]: parse_device_class(c) for c in state.iter("DeviceClass")}
+    index = DeviceIndex(
+        generation=state.devices_generation,
+        features=features,
+        nodes=nodes,
+        slices=slices,
+        classes=classes,
+        evaluator=evaluator or (previous.evaluator if previous else CachingEvaluator(features)),
+    )
+    index._parsed_by_raw = parsed_by_raw  # type: ignore[attr-defined]
+    return index
+
+
+def _taint_rules(rules: Iterable[Obj]) -> list[tuple[dict[str, Any], Taint]]:
+    out = []
+    for rule in rules:
+        spec = rule.get("spec") or {}
+        selector = spec.get("deviceSelector")
+        taint = spec.get("taint") or {}
+        if selector is None:
+            continue  # no selector matches nothing
+        out.append(
+            (selector, Taint(taint.get("key", ""), taint.get("value", "") or "", taint.get("effect", "")))
+        )
+    return out
+
+
+def _with_rule_taints(slice_: Slice, rules: list[tuple[dict[str, Any], Taint]]) -> Slice:
+    from dataclasses import replace
+
+    devices = []
+    for device in slice_.devices:
+        extra = tuple(
+            taint
+            for selector, taint in rules
+            if all(
+                not selector.get(field) or selector[field] == value
+                for field, value in (
+                    ("driver", device.id.driver),
+                    ("pool", device.id.pool),
+                    ("device", device.name),
+                )
+            )
+        )
+        devices.append(replace(device, taints=device.taints + extra) if extra else device)
+    return replace(slice_, devices=tuple(devices))

@@ -1,0 +1,391 @@
+"""The service behind /filter and /prioritize: one evaluation per pod per index generation.
+
+For each pod it resolves the claims, then decides for every candidate node whether upstream's
+allocator would find an allocation there: with the vectorised check (`feasibility`) for simple
+pods, with the exact search (`allocator.allocating`) otherwise. The outcome is cached by pod UID
+and the (devices, claims, assumed) generations, so filter, prioritize and bind of one pod in one
+scheduling cycle share the work.
+
+Lifecycle: one Placement per process, called on the event loop only. Its caches are replaced,
+never mutated by other tasks: `_index` when the device generation changes, `_allocated` when
+claims or assumed allocations change.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from extender import feasibility
+from extender.allocator.allocating import allocate
+from extender.allocator.features import Features
+from extender.allocator.inputs import AllocatedState, DeviceClassSpec
+from extender.allocator.pools import gather_pools
+from extender.allocator.requests import ClaimSpec, parse_claim
+from extender.allocator.results import ClaimAllocation
+from extender.assumed import AssumeCache
+from extender.claims import PodClaims, allocation_fits_node, claim_ref, collect_allocated, resolve_pod_claims
+from extender.cluster.state import ClusterState
+from extender.errors import AllocationAborted, AllocationError, NodeScopedError
+from extender.index.snapshot import DeviceIndex, build_index
+from extender.verdicts import FilterVerdict, HostScore
+
+log = logging.getLogger(__name__)
+
+PASSED, FAILED, UNRESOLVABLE = "passed", "failed", "unresolvable"
+CANNOT_ALLOCATE = "cannot allocate all claims"
+#: Pod evaluations kept (LRU); a scheduling cycle needs only the current pod's.
+EVALUATION_CACHE_SIZE = 256
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdict:
+    status: str  # PASSED, FAILED (preemption may help) or UNRESOLVABLE
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class PodEvaluation:
+    """Everything decided about one pod at one generation."""
+
+    pod: Obj
+    claims: PodClaims
+    specs: list[ClaimSpec]
+    problem: str = ""  # pod-level: every node is unresolvable with this message
+    error: str = ""  # the call must fail (e.g. the search timed out): scheduler retries
+    verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
+    allocations: dict[str, list[ClaimAllocation]] = field(default_factory=dict)
+
+
+class _Classes:
+    def __init__(self, index: DeviceIndex) -> None:
+        self._classes = index.classes
+
+    def get_class(self, name: str) -> DeviceClassSpec | None:
+        return self._classes.get(name)
+
+
+class Placement:
+    """PlacementService over a ClusterState (see module docstring)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        *,
+        features: Features,
+        assumed: AssumeCache,
+        filter_timeout_seconds: float = 10.0,
+        is_synced: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.state = state
+        self.features = features
+        self.assumed = assumed
+        self.filter_timeout_seconds = filter_timeout_seconds
+        self._is_synced = is_synced
+        self._clock = clock
+        self._index: DeviceIndex | None = None
+        self._allocated_key: tuple[int, int, int] | None = None
+        self._allocated: AllocatedState = AllocatedState()
+        self._free: np.ndarray = np.zeros(0, dtype=bool)
+        self._evaluations: OrderedDict[tuple[str, tuple[int, int, int]], PodEvaluation] = OrderedDict()
+        self.pods_seen: OrderedDict[str, Obj] = OrderedDict()  # uid -> pod, for bind in file mode
+
+    # ----------------------------------------------------------------- snapshots
+    def ready(self) -> bool:
+        return self._is_synced()
+
+    def index(self) -> DeviceIndex:
+        """The device index for the current device generation (rebuilt when it changed)."""
+        if self._index is None or self._index.generation != self.state.devices_generation:
+            started = time.perf_counter()
+            self._index = build_index(self.state, self.features, previous=self._index)
+            log.info(
+                "device index generation %d: %d nodes, %d device rows, built in %.1f ms",
+                self._index.generation,
+                len(self._index.node_names),
+                self._index.num_rows,
+                (time.perf_counter() - started) * 1000,
+            )
+        return self._index
+
+    def allocated_state(self) -> tuple[AllocatedState, np.ndarray]:
+        """Devices in use (allocated or assumed) and the matching `free` row mask."""
+        index = self.index()
+        active = self.assumed.active()
+        key = (index.generation, self.state.claims_generation, self.assumed.version)
+        if key != self._allocated_key:
+            collected = collect_allocated(self.state.list("ResourceClaim"), active)
+            self._allocated = AllocatedState(
+                devices=collected.devices,
+                shared_ids=collected.shared_ids,
+                aggregated_capacity=collected.aggregated_capacity,
+            )
+            free = np.ones(index.num_rows, dtype=bool)
+            taken = [*collected.devices, *(d for d, _ in collected.shared_ids)]
+            for device_id in taken:
+                rows = index.rows_of.get(device_id)
+                if rows is not None:
+                    free[rows] = False
+            self._free = free
+            self._allocated_key = key
+        return self._allocated, self._free
+
+    def generation(self) -> tuple[int, int, int]:
+        return self.state.devices_generation, self.state.claims_generation, self.assumed.version
+
+    # ----------------------------------------------------------------- verbs
+    def filter(self, pod: Obj, node_names: list[str]) -> FilterVerdict:
+        evaluation = self.evaluate(pod, node_names)
+        if evaluation.error:
+            return FilterVerdict(error=evaluation.error)
+        verdict = FilterVerdict()
+        for name in node_names:
+            outcome = evaluation.verdicts[name]
+            if outcome.status == PASSED:
+                verdict.passed.append(name)
+            elif outcome.status == FAILED:
+                verdict.failed[name] = outcome.reason
+            else:
+                verdict.unresolvable[name] = outcome.reason
+        return verdict
+
+    def prioritize(self, pod: Obj, node_names: list[str]) -> list[HostScore]:
+        """Upstream's DRA score: prioritized-list rank of the chosen subrequests, scaled to 0..10."""
+        evaluation = self.evaluate(pod, node_names)
+        raw: dict[str, int] = {}
+        for name in node_names:
+            verdict = evaluation.verdicts.get(name)
+            if evaluation.error or verdict is None or verdict.status != PASSED:
+                raw[name] = 0
+                continue
+            allocations = self.allocations_on(evaluation, name)
+            raw[name] = _prioritized_list_score(evaluation.specs, allocations or [])
+        top = max(raw.values(), default=0)
+        return [HostScore(name, (raw[name] * 10) // top if top else 0) for name in node_names]
+
+    # ----------------------------------------------------------------- evaluation
+    def evaluate(self, pod: Obj, node_names: list[str]) -> PodEvaluation:
+        """Evaluate the pod on the given nodes, re-using the cached evaluation where possible."""
+        uid = (pod.get("metadata") or {}).get("uid") or claim_ref(pod)
+        self._remember_pod(uid, pod)
+        key = (uid, self.generation())
+        evaluation = self._evaluations.get(key)
+        if evaluation is None:
+            evaluation = self._new_evaluation(pod)
+            self._evaluations[key] = evaluation
+            while len(self._evaluations) > EVALUATION_CACHE_SIZE:
+                self._evaluations.popitem(last=False)
+        else:
+            self._evaluations.move_to_end(key)
+        missing = [n for n in node_names if n not in evaluation.verdicts]
+        if missing and not evaluation.error:
+            self._decide(evaluation, missing)
+        return evaluation
+
+    def _remember_pod(self, uid: str, pod: Obj) -> None:
+        self.pods_seen[uid] = pod
+        self.pods_seen.move_to_end(uid)
+        while len(self.pods_seen) > EVALUATION_CACHE_SIZE:
+            self.pods_seen.popitem(last=False)
+
+    def _new_evaluation(self, pod: Obj) -> PodEvaluation:
+        claims = resolve_pod_claims(pod, self.state, assumed=self.assumed.active())
+        evaluation = PodEvaluation(pod=pod, claims=claims, specs=[], problem=claims.problem)
+        if not evaluation.problem:
+            try:
+                evaluation.specs = [parse_claim(c) for c in claims.pending]
+            except (ValueError, TypeError) as exc:
+                evaluation.problem = f"invalid ResourceClaim: {exc}"
+        return evaluation
+
+    def _decide(self, evaluation: PodEvaluation, node_names: list[str]) -> None:
+        if evaluation.problem:
+            for name in node_names:
+                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
+            return
+        index = self.index()
+        pending: list[str] = []
+        for name in node_names:
+            node = index.nodes.get(name)
+            unusable = next(
+                (
+                    c
+                    for c in evaluation.claims.allocated
+                    if not allocation_fits_node(c, node or _bare_node(name))
+                ),
+                None,
+            )
+            if unusable is not None:
+                reason = f"resourceclaim {claim_ref(unusable)} not available on the node"
+                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, reason)
+            elif not evaluation.specs:
+                evaluation.verdicts[name] = NodeVerdict(PASSED)
+            else:
+                pending.append(name)
+        if not pending:
+            return
+        try:
+            self._decide_pending(evaluation, index, pending)
+        except AllocationAborted as exc:
+            evaluation.error = f"timed out trying to allocate devices: {exc}"
+        except AllocationError as exc:
+            evaluation.problem = str(exc)
+            for name in evaluation.verdicts:
+                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
+            for name in pending:
+                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
+
+    def _decide_pending(self, evaluation: PodEvaluation, index: DeviceIndex, names: list[str]) -> None:
+        specs = evaluation.specs
+        _check_classes_and_selectors(specs, index)
+        allocated, free = self.allocated_state()
+        deadline = self._clock() + self.filter_timeout_seconds
+        search: list[str] = []
+        requests = feasibility.simple_requests(specs)
+        known = [n for n in names if n in index.node_pos]
+        search.extend(n for n in names if n not in index.node_pos)
+        if requests is not None and known:
+            positions = np.array([index.node_pos[n] for n in known], dtype=np.int64)
+            result = feasibility.check(index, requests, free, positions)
+            for i, name in enumerate(known):
+                if result.needs_search[i]:
+                    search.append(name)
+                elif result.fits[i]:
+                    evaluation.verdicts[name] = NodeVerdict(PASSED)
+                else:
+                    evaluation.verdicts[name] = _short_verdict(
+                        specs, requests, result.short_request[i], in_use=bool(result.fits_if_free[i])
+                    )
+        else:
+            search.extend(known)
+        for name in search:
+            evaluation.verdicts[name] = self._search_node(evaluation, index, name, allocated, deadline)
+
+    def _search_node(
+        self,
+        evaluation: PodEvaluation,
+        index: DeviceIndex,
+        name: str,
+        allocated: AllocatedState,
+        deadline: float,
+    ) -> NodeVerdict:
+        try:
+            result = self._run_allocator(evaluation.specs, index, name, allocated, deadline)
+        except NodeScopedError as exc:
+            return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {exc}")
+        if result is not None:
+            evaluation.allocations[name] = result
+            return NodeVerdict(PASSED)
+        try:
+            would_fit = (
+                self._run_allocator(evaluation.specs, index, name, AllocatedState(), deadline) is not None
+            )
+        except NodeScopedError:
+            would_fit = False
+        refs = ", ".join(s.ref for s in evaluation.specs)
+        if would_fit:
+            return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use")
+        return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: no devices on the node satisfy claims {refs}")
+
+    def _run_allocator(
+        self,
+        specs: list[ClaimSpec],
+        index: DeviceIndex,
+        name: str,
+        allocated: AllocatedState,
+        deadline: float,
+    ) -> list[ClaimAllocation] | None:
+        node = index.nodes.get(name) or _bare_node(name)
+        pools = index.pools.get(name)
+        if pools is None:
+            pools = gather_pools(index.slices, node, self.features, all_slices_of_pool=index.by_pool)
+
+        def should_stop() -> str | None:
+            return "context deadline exceeded" if self._clock() > deadline else None
+
+        return allocate(
+            specs,
+            node=node,
+            pools=pools,
+            features=self.features,
+            classes=_Classes(index),
+            allocated=allocated,
+            evaluator=index.evaluator,
+            should_stop=should_stop,
+        )
+
+    def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
+        """The first-fit allocation on a node that passed (computed on demand for fast-path nodes)."""
+        if name not in evaluation.allocations:
+            index = self.index()
+            allocated, _ = self.allocated_state()
+            deadline = self._clock() + self.filter_timeout_seconds
+            result = self._run_allocator(evaluation.specs, index, name, allocated, deadline)
+            if result is None:
+                return None
+            evaluation.allocations[name] = result
+        return evaluation.allocations[name]
+
+
+def _bare_node(name: str) -> Obj:
+    """A node the state does not know: a name and no labels (it has no local devices)."""
+    return {"metadata": {"name": name}}
+
+
+def _check_classes_and_selectors(specs: list[ClaimSpec], index: DeviceIndex) -> None:
+    """Pod-level input errors, before any node is looked at (unknown class, bad CEL)."""
+    from extender import cel
+    from extender.errors import CelCompileError
+
+    for claim in specs:
+        for request in claim.requests:
+            for spec in (request.exactly, *request.first_available):
+                if spec is None:
+                    continue
+                if spec.class_name and spec.class_name not in index.classes:
+                    raise AllocationError(
+                        f"claim {claim.ref}, request {spec.name}: could not retrieve device class "
+                        f'{spec.class_name}: deviceclass.resource.k8s.io "{spec.class_name}" not found'
+                    )
+                for number, selector in enumerate(spec.selectors):
+                    if selector.expression is None:
+                        continue
+                    try:
+                        cel.compile_selector(selector.expression)
+                    except CelCompileError as exc:
+                        raise CelCompileError(
+                            f"claim {claim.ref}: selector #{number}: CEL compile error: {exc}"
+                        ) from exc
+
+
+def _short_verdict(specs: list[ClaimSpec], requests: list[Any], short: int, *, in_use: bool) -> NodeVerdict:
+    owners = [(claim, request.exactly) for claim in specs for request in claim.requests]
+    if 0 <= short < len(owners):
+        claim, spec = owners[short]
+        what = f"claim {claim.ref}, request {spec.name}: {spec.count} device(s) of class {spec.class_name}"
+    else:
+        what = "claims " + ", ".join(c.ref for c in specs) + ": the requests together"
+    if in_use:
+        return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: {what} are not free on the node (in use)")
+    return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {what} do not exist on the node")
+
+
+def _prioritized_list_score(specs: list[ClaimSpec], allocations: list[ClaimAllocation]) -> int:
+    """Upstream Score: sum over firstAvailable requests of (8 - index of the chosen subrequest)."""
+    score = 0
+    for spec, allocation in zip(specs, allocations, strict=False):
+        chosen = {r.parent: r.request for r in allocation.devices if r.parent}
+        for request in spec.requests:
+            if request.first_available and request.name in chosen:
+                names = [s.name for s in request.first_available]
+                score += 8 - names.index(chosen[request.name])
+    return score
