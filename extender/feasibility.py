@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.taints import all_tolerated
 from extender.index.snapshot import DeviceIndex
@@ -33,13 +34,19 @@ def simple_requests(claims: list[ClaimSpec]) -> list[RequestSpec] | None:
     for claim in claims:
         if claim.constraints:
             return None
+        devices_in_claim = 0
         for request in claim.requests:
             spec = request.exactly
             if spec is None or request.first_available:
                 return None
             if spec.mode != EXACT_COUNT or spec.admin_access or spec.capacity is not None or spec.count <= 0:
                 return None
+            if not spec.class_name or any(s.expression is None for s in spec.selectors):
+                return None  # invalid input: the search reports it exactly as upstream does
+            devices_in_claim += spec.count
             requests.append(spec)
+        if devices_in_claim > MAX_DEVICES_PER_CLAIM:
+            return None
     return requests if len(requests) <= MAX_SIMPLE_REQUESTS else None
 
 

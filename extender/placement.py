@@ -343,9 +343,7 @@ def _bare_node(name: str) -> Obj:
 
 def _check_classes_and_selectors(specs: list[ClaimSpec], index: DeviceIndex) -> None:
     """Pod-level input errors, before any node is looked at (unknown class, bad CEL)."""
-    from extender import cel
-    from extender.errors import CelCompileError
-
+    checked_classes: set[str] = set()
     for claim in specs:
         for request in claim.requests:
             for spec in (request.exactly, *request.first_available):
@@ -356,15 +354,24 @@ def _check_classes_and_selectors(specs: list[ClaimSpec], index: DeviceIndex) -> 
                         f"claim {claim.ref}, request {spec.name}: could not retrieve device class "
                         f'{spec.class_name}: deviceclass.resource.k8s.io "{spec.class_name}" not found'
                     )
-                for number, selector in enumerate(spec.selectors):
-                    if selector.expression is None:
-                        continue
-                    try:
-                        cel.compile_selector(selector.expression)
-                    except CelCompileError as exc:
-                        raise CelCompileError(
-                            f"claim {claim.ref}: selector #{number}: CEL compile error: {exc}"
-                        ) from exc
+                device_class = index.classes.get(spec.class_name)
+                if device_class is not None and device_class.name not in checked_classes:
+                    checked_classes.add(device_class.name)
+                    _compile_all(device_class.selectors, f"class {device_class.name}")
+                _compile_all(spec.selectors, f"claim {claim.ref}")
+
+
+def _compile_all(selectors: Any, owner: str) -> None:
+    from extender import cel
+    from extender.errors import CelCompileError
+
+    for number, selector in enumerate(selectors):
+        if selector.expression is None:
+            continue
+        try:
+            cel.compile_selector(selector.expression)
+        except CelCompileError as exc:
+            raise CelCompileError(f"{owner}: selector #{number}: CEL compile error: {exc}") from exc
 
 
 def _short_verdict(specs: list[ClaimSpec], requests: list[Any], short: int, *, in_use: bool) -> NodeVerdict:
