@@ -27,7 +27,7 @@ from extender.allocator.allocating import allocate
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
 from extender.allocator.pools import gather_pools
-from extender.allocator.requests import ClaimSpec, parse_claim
+from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec, parse_claim
 from extender.allocator.results import ClaimAllocation
 from extender.assumed import AssumeCache
 from extender.claims import PodClaims, allocation_fits_node, claim_ref, collect_allocated, resolve_pod_claims
@@ -294,7 +294,14 @@ class Placement:
         refs = ", ".join(s.ref for s in evaluation.specs)
         if would_fit:
             return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use")
-        return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: no devices on the node satisfy claims {refs}")
+        short = _short_request(evaluation.specs, index, name)
+        if short:
+            return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {short} do not exist on the node")
+        return NodeVerdict(
+            UNRESOLVABLE,
+            f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
+            "(constraints, shared counters or capacity)",
+        )
 
     def _run_allocator(
         self,
@@ -372,6 +379,36 @@ def _compile_all(selectors: Any, owner: str) -> None:
             cel.compile_selector(selector.expression)
         except CelCompileError as exc:
             raise CelCompileError(f"{owner}: selector #{number}: CEL compile error: {exc}") from exc
+
+
+def _short_request(specs: list[ClaimSpec], index: DeviceIndex, name: str) -> str:
+    """Name a request the node cannot serve even with every device free ("" if none or unsure)."""
+    position = index.node_pos.get(name)
+    if position is None:
+        return ""
+    on_node = index.row_node == position
+
+    def matching(spec: RequestSpec) -> int | None:
+        if spec.class_name not in index.classes:
+            return None
+        mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+        if (mask.error & on_node).any():
+            return None  # CEL failed on a device here: the search reports that, not us
+        return int((mask.match & on_node).sum())
+
+    for claim in specs:
+        for request in claim.requests:
+            options = [request.exactly] if request.exactly is not None else list(request.first_available)
+            counts = [(spec, matching(spec)) for spec in options]
+            if any(found is None for _, found in counts):
+                return ""
+            if options and all(found < max(spec.count, 1) for spec, found in counts if found is not None):
+                first = options[0]
+                need = first.count if first.mode == EXACT_COUNT else 1
+                return (
+                    f"claim {claim.ref}, request {request.name}: {need} device(s) of class {first.class_name}"
+                )
+    return ""
 
 
 def _short_verdict(specs: list[ClaimSpec], requests: list[Any], short: int, *, in_use: bool) -> NodeVerdict:
