@@ -1,0 +1,308 @@
+"""One validated `Settings` object, built once from defaults, a settings file, env vars and flags.
+
+Layers, lowest to highest priority (a higher layer overrides a lower one field by field):
+
+1. the defaults on `Settings`;
+2. an optional YAML settings file (`--config PATH`, or env `DRA_EXTENDER_CONFIG`). Keys are the
+   field names in snake_case or camelCase (`max_body_bytes` or `maxBodyBytes`); feature gates
+   are the key `feature_gates` / `featureGates`, a `{Name: bool}` mapping or a `Name=bool,...`
+   string. Relative paths in the file are relative to the file's directory;
+3. environment variables `DRA_EXTENDER_<FIELD>` (`DRA_EXTENDER_LISTEN_PORT=9000`,
+   `DRA_EXTENDER_FEATURE_GATES=DRADeviceTaints=false`); list fields are split on commas,
+   except `DRA_EXTENDER_STATE_PATHS`, which is split on `os.pathsep` like `PATH`;
+4. command-line flags (`argparse.Namespace` attributes; `None` means "not given").
+
+Feature gates merge gate by gate across the layers instead of replacing each other.
+Only `extender.__main__` passes `os.environ` in; nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.allocator.features import Features, parse_feature_gates
+
+ENV_PREFIX = "DRA_EXTENDER_"
+LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+_SIZE_SUFFIXES: dict[str, int] = {"": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the extender process can be configured with (see the module docstring)."""
+
+    listen_host: str = "127.0.0.1"
+    """Address the HTTP server binds to; `0.0.0.0` or `::` to serve every interface."""
+
+    listen_port: int = 8888
+    """TCP port of the HTTP server (0 picks a free port)."""
+
+    state_paths: tuple[Path, ...] = ()
+    """State files or directories to load the cluster from; empty means the embedded sample."""
+
+    kube: bool = False
+    """Watch a real cluster through the API server instead of reading state files (not implemented yet)."""
+
+    kubeconfig: Path | None = None
+    """Kubeconfig for `kube` mode; None means in-cluster config or the client's default lookup."""
+
+    max_body_bytes: int = 64 * 1024**2
+    """Largest accepted request body; larger requests get HTTP 413."""
+
+    features: Features = field(default_factory=Features)
+    """Allocator feature switches, from Kubernetes feature gates (Kubernetes 1.36 defaults)."""
+
+    assume_ttl_seconds: float = 60.0
+    """How long devices chosen at filter/bind stay assumed (excluded) while their writes are in flight."""
+
+    filter_timeout_seconds: float = 10.0
+    """Deadline for one pod's allocation search (upstream's DRA filter timeout is also 10 s)."""
+
+    log_level: str = "info"
+    """Root log level, one of LOG_LEVELS."""
+
+    log_json: bool = False
+    """Write logs as one JSON object per line instead of plain text."""
+
+    scheduler_names: tuple[str, ...] = ()
+    """Scheduler profiles whose pods we place; empty means every profile."""
+
+    def as_dict(self) -> dict[str, str]:
+        """Field name -> printable value, for the one start-up log line."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Features):
+                out[f.name] = value.describe()
+            elif isinstance(value, tuple):
+                out[f.name] = ",".join(str(v) for v in value)
+            else:
+                out[f.name] = str(value)
+        return out
+
+
+def _to_bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{where}: {value!r} is not a boolean; allowed: true, false, 1, 0, yes, no, on, off")
+
+
+def _to_port(value: Any, where: str) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        port = -1
+    if isinstance(value, bool) or not 0 <= port <= 65535:
+        raise ValueError(f"{where}: {value!r} is not a port; allowed: an integer 0..65535")
+    return port
+
+
+def _to_size(value: Any, where: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*(Ki|Mi|Gi)?\s*", str(value))
+    if isinstance(value, bool) or match is None or int(match.group(1)) <= 0:
+        raise ValueError(
+            f"{where}: {value!r} is not a size; allowed: a positive integer of bytes, "
+            "optionally with a suffix Ki, Mi or Gi (e.g. 67108864 or 64Mi)"
+        )
+    return int(match.group(1)) * _SIZE_SUFFIXES[match.group(2) or ""]
+
+
+def _to_seconds(value: Any, where: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{where}: {value!r} is not a duration; allowed: a positive number of seconds")
+    return seconds
+
+
+def _to_log_level(value: Any, where: str) -> str:
+    level = str(value).strip().lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"{where}: {value!r} is not a log level; allowed: {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _to_host(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: {value!r} is not a host; allowed: an IP address or host name")
+    return value.strip().strip("[]")
+
+
+def _to_names(value: Any, where: str) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"{where}: {value!r} is not a list of names; allowed: a list of strings")
+    return tuple(i.strip() for i in items if i.strip())
+
+
+def _path_converter(base: Path | None) -> Callable[[Any, str], Path]:
+    def convert(value: Any, where: str) -> Path:
+        if not isinstance(value, str | os.PathLike) or not str(value):
+            raise ValueError(f"{where}: {value!r} is not a path; allowed: a file or directory path")
+        path = Path(value).expanduser()
+        return base / path if base is not None and not path.is_absolute() else path
+
+    return convert
+
+
+def _paths_converter(base: Path | None, sep: str) -> Callable[[Any, str], tuple[Path, ...]]:
+    to_path = _path_converter(base)
+
+    def convert(value: Any, where: str) -> tuple[Path, ...]:
+        items = [p for p in value.split(sep) if p] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ValueError(f"{where}: {value!r} is not a list of paths; allowed: a list of paths")
+        return tuple(to_path(item, f"{where}[{i}]") for i, item in enumerate(items))
+
+    return convert
+
+
+def _gates(value: Any, where: str) -> dict[str, bool]:
+    if isinstance(value, str):
+        try:
+            return parse_feature_gates(value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    if isinstance(value, Mapping):
+        return {str(k): _to_bool(v, f"{where}.{k}") for k, v in value.items()}
+    raise ValueError(f"{where}: {value!r} is not a feature-gate list; allowed: Name=true,Name=false,...")
+
+
+def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, str], Any]]:
+    """Field name -> converter(value, where) for one layer (paths resolve against `base`)."""
+    return {
+        "listen_host": _to_host,
+        "listen_port": _to_port,
+        "state_paths": _paths_converter(base, path_sep),
+        "kube": _to_bool,
+        "kubeconfig": _path_converter(base),
+        "max_body_bytes": _to_size,
+        "assume_ttl_seconds": _to_seconds,
+        "filter_timeout_seconds": _to_seconds,
+        "log_level": _to_log_level,
+        "log_json": _to_bool,
+        "scheduler_names": _to_names,
+    }
+
+
+_FIELD_KEYS: tuple[str, ...] = (*_converters(None, ",").keys(), "feature_gates")
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def split_listen(text: str) -> tuple[str, int]:
+    """Split `HOST:PORT` (IPv6 as `[::1]:8888`) into host and port; raises ValueError."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"--listen: {text!r} is not HOST:PORT; allowed: e.g. 127.0.0.1:8888 or [::]:8888")
+    return _to_host(host, "--listen"), _to_port(port, "--listen")
+
+
+def _read_file_layer(path: Path) -> tuple[dict[str, Any], dict[str, bool]]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"settings file {path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"settings file {path}: not valid YAML: {exc}") from None
+    if raw is None:
+        return {}, {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"settings file {path}: must be a mapping of setting names to values")
+    convert = _converters(path.parent, os.pathsep)
+    values: dict[str, Any] = {}
+    gates: dict[str, bool] = {}
+    for key, value in raw.items():
+        name = _snake(str(key))
+        where = f"settings file {path}: {key}"
+        if name == "feature_gates":
+            gates = _gates(value, where)
+        elif name in convert:
+            values[name] = convert[name](value, where)
+        else:
+            allowed = ", ".join(_FIELD_KEYS)
+            raise ValueError(f"{where}: unknown setting; allowed (snake_case or camelCase): {allowed}")
+    return values, gates
+
+
+def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, bool]]:
+    values: dict[str, Any] = {}
+    gates: dict[str, bool] = {}
+    for name, convert in _converters(None, os.pathsep).items():
+        env = ENV_PREFIX + name.upper()
+        if env in environ:
+            values[name] = convert(environ[env], env)
+    if ENV_PREFIX + "FEATURE_GATES" in environ:
+        gates = _gates(environ[ENV_PREFIX + "FEATURE_GATES"], ENV_PREFIX + "FEATURE_GATES")
+    return values, gates
+
+
+def _flag_layer(ns: Any) -> tuple[dict[str, Any], dict[str, bool]]:
+    def flag(name: str) -> Any:
+        return getattr(ns, name, None)
+
+    values: dict[str, Any] = {}
+    if flag("listen") is not None:
+        values["listen_host"], values["listen_port"] = split_listen(flag("listen"))
+    if flag("state"):
+        values["state_paths"] = tuple(Path(p) for p in flag("state"))
+    if flag("kube") is not None:
+        values["kube"] = bool(flag("kube"))
+    if flag("kubeconfig") is not None:
+        values["kubeconfig"] = _path_converter(None)(flag("kubeconfig"), "--kubeconfig")
+    if flag("max_body_bytes") is not None:
+        values["max_body_bytes"] = _to_size(flag("max_body_bytes"), "--max-body-bytes")
+    if flag("log_level") is not None:
+        values["log_level"] = _to_log_level(flag("log_level"), "--log-level")
+    if flag("log_json") is not None:
+        values["log_json"] = bool(flag("log_json"))
+    gates = _gates(flag("feature_gates"), "--feature-gates") if flag("feature_gates") is not None else {}
+    return values, gates
+
+
+def load_settings(argv_namespace: Any, environ: Mapping[str, str]) -> Settings:
+    """Build the effective settings from defaults, settings file, environment and flags.
+
+    Args:
+        argv_namespace: parsed flags (an `argparse.Namespace` or any object with the
+            attributes `config`, `listen`, `state`, `kube`, `kubeconfig`, `feature_gates`,
+            `max_body_bytes`, `log_level`, `log_json`); missing or None attributes are "not given".
+        environ: the environment to read `DRA_EXTENDER_*` variables from.
+
+    Returns:
+        The validated, frozen settings.
+
+    Raises:
+        ValueError: a value is invalid; the message names where it came from and what is allowed.
+    """
+    config = getattr(argv_namespace, "config", None) or environ.get(ENV_PREFIX + "CONFIG")
+    layers = [_read_file_layer(Path(config).expanduser())] if config else []
+    layers += [_env_layer(environ), _flag_layer(argv_namespace)]
+    values: dict[str, Any] = {}
+    gates: dict[str, bool] = {}
+    for layer_values, layer_gates in layers:
+        values.update(layer_values)
+        gates.update(layer_gates)
+    try:
+        values["features"] = Features.from_gates(gates)
+    except ValueError as exc:
+        raise ValueError(f"feature gates: {exc}") from None
+    if values.get("kube") and values.get("state_paths"):
+        raise ValueError("kube mode and state paths (--state) are mutually exclusive; choose one source")
+    return Settings(**values)

@@ -1,0 +1,89 @@
+"""Shared fixtures: test doubles for the placement and bind services, and an HTTP client factory.
+
+The doubles record every call and answer what the test configured, so HTTP tests exercise
+only the server and the wire codec, never the allocator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from extender.server import make_app
+from extender.settings import Settings
+from extender.verdicts import FilterVerdict, HostScore
+
+
+class FakePlacement:
+    """A PlacementService that records calls and returns the configured verdict and scores."""
+
+    def __init__(self) -> None:
+        self.is_ready = True
+        self.verdict = FilterVerdict()
+        self.scores: list[HostScore] = []
+        self.raises: Exception | None = None
+        self.calls: list[tuple[str, dict[str, Any], list[str]]] = []
+
+    def ready(self) -> bool:
+        return self.is_ready
+
+    def filter(self, pod: dict[str, Any], node_names: list[str]) -> FilterVerdict:
+        self.calls.append(("filter", pod, list(node_names)))
+        if self.raises is not None:
+            raise self.raises
+        return self.verdict
+
+    def prioritize(self, pod: dict[str, Any], node_names: list[str]) -> list[HostScore]:
+        self.calls.append(("prioritize", pod, list(node_names)))
+        if self.raises is not None:
+            raise self.raises
+        return self.scores
+
+
+class FakeBinder:
+    """A BindService that records calls and returns the configured error string."""
+
+    def __init__(self) -> None:
+        self.error = ""
+        self.raises: Exception | None = None
+        self.calls: list[dict[str, str]] = []
+
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+        self.calls.append({"namespace": namespace, "name": name, "uid": uid, "node": node})
+        if self.raises is not None:
+            raise self.raises
+        return self.error
+
+
+@pytest.fixture
+def placement() -> FakePlacement:
+    """A fresh, ready FakePlacement that passes no nodes."""
+    return FakePlacement()
+
+
+@pytest.fixture
+def binder() -> FakeBinder:
+    """A fresh FakeBinder that binds successfully."""
+    return FakeBinder()
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    """A private metrics registry for one test."""
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def app_client(
+    aiohttp_client: Any, placement: FakePlacement, binder: FakeBinder, registry: CollectorRegistry
+) -> Callable[..., Awaitable[Any]]:
+    """Factory: `await app_client(settings=...)` serves make_app with the fixture doubles."""
+
+    async def make(settings: Settings | None = None) -> Any:
+        app = make_app(settings or Settings(), placement=placement, binder=binder, registry=registry)
+        return await aiohttp_client(app)
+
+    return make
