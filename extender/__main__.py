@@ -1,0 +1,216 @@
+"""The `dra-extender` command line: `serve`, `sample-cluster` and `explain`.
+
+This is the edge of the process: the only module that reads `os.environ`, configures
+logging and calls `web.run_app`. Every subcommand is one `_add_<name>(subparsers)` function
+that registers its parser and sets `run=<function(args) -> exit code>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from extender import __version__
+from extender.errors import StateLoadError
+from extender.settings import LOG_LEVELS, Settings, load_settings
+
+logger = logging.getLogger("extender")
+
+#: Exit code for bad settings, unreadable state and not-yet-implemented modes (argparse uses it too).
+EXIT_USAGE = 2
+KUBE_NOT_IMPLEMENTED = (
+    "--kube is not implemented yet; serve state files with --state (or the embedded sample)"
+)
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per log line: time, level, logger, message (and the traceback, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def _setup_logging(settings: Settings) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_json:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
+
+
+def _fail(message: str) -> int:
+    print(f"dra-extender: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args, os.environ)
+    except ValueError as exc:
+        return _fail(str(exc))
+    _setup_logging(settings)
+    logger.info("effective settings: %s", " ".join(f"{k}={v}" for k, v in sorted(settings.as_dict().items())))
+    if settings.kube:
+        return _fail(KUBE_NOT_IMPLEMENTED)
+
+    from aiohttp import web
+
+    from extender.cluster.loading import load_state_paths
+    from extender.cluster.state import KINDS, ClusterState
+    from extender.server import make_app
+
+    if settings.state_paths:
+        try:
+            objects = load_state_paths(settings.state_paths)
+        except StateLoadError as exc:
+            return _fail(str(exc))
+    else:
+        from extender.cluster import sample
+
+        logger.info("serving the embedded sample cluster")
+        objects = sample.sample_objects()
+    state = ClusterState.from_objects(objects)
+    logger.info("cluster state: %s", ", ".join(f"{kind}={state.count(kind)}" for kind in KINDS))
+    from extender import wiring
+
+    placement, binder = wiring.build_services(settings, state)
+    app = make_app(settings, placement=placement, binder=binder)
+    logger.info("listening on http://%s:%d", settings.listen_host, settings.listen_port)
+    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None, access_log=None)
+    return 0
+
+
+def _run_sample_cluster(args: argparse.Namespace) -> int:
+    from extender.cluster import sample
+
+    text = sample.sample_text()
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _add_serve(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the extender HTTP server",
+        description="Run the scheduler extender on state files or the embedded sample cluster. "
+        "Flags override DRA_EXTENDER_* env vars, which override the --config file.",
+    )
+    parser.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 127.0.0.1:8888)")
+    parser.add_argument(
+        "--state",
+        metavar="PATH",
+        action="append",
+        help="state file or directory (YAML/JSON, kubectl dumps); repeatable; default: the embedded sample",
+    )
+    parser.add_argument(
+        "--kube", action="store_true", default=None, help="watch a real cluster (not implemented yet)"
+    )
+    parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig for --kube")
+    parser.add_argument("--config", metavar="PATH", help="YAML settings file")
+    parser.add_argument(
+        "--feature-gates",
+        metavar="Name=bool,...",
+        help="Kubernetes DRA feature gates, e.g. DRADeviceTaints=false (defaults: Kubernetes 1.36)",
+    )
+    parser.add_argument(
+        "--max-body-bytes", metavar="N", help="largest request body, bytes or Ki/Mi/Gi (default 64Mi)"
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
+    parser.add_argument("--log-json", action="store_true", default=None, help="log one JSON object per line")
+    parser.set_defaults(run=_run_serve)
+
+
+def _add_sample_cluster(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sample-cluster",
+        help="print the embedded sample cluster as multi-document YAML",
+        description="Print the embedded sample cluster (what `serve` uses without --state) to stdout.",
+    )
+    parser.set_defaults(run=_run_sample_cluster)
+
+
+def _run_explain(args: argparse.Namespace) -> int:
+    from extender import explaining
+    from extender.allocator.features import Features, parse_feature_gates
+    from extender.cluster.loading import load_state_paths
+    from extender.cluster.state import ClusterState
+
+    try:
+        features = Features.from_gates(parse_feature_gates(args.feature_gates))
+        if args.state:
+            objects = load_state_paths(args.state)
+        else:
+            from extender.cluster import sample
+
+            objects = sample.sample_objects()
+        pods = explaining.load_pods(args.pod)
+    except (ValueError, StateLoadError) as exc:
+        return _fail(str(exc))
+    logging.basicConfig(level=logging.WARNING)
+    state = ClusterState.from_objects(objects)
+    unknown = [n for n in args.node if state.get("Node", n) is None]
+    if unknown:
+        return _fail(f"unknown node(s): {', '.join(unknown)}")
+    for pod in pods:
+        print(explaining.explain(state, pod, features=features, nodes=args.node or None))
+    return 0
+
+
+def _add_explain(subparsers: Any) -> None:
+    from extender import explaining
+
+    explaining.add_parser(subparsers).set_defaults(run=_run_explain)
+
+
+#: One registration function per subcommand. To add one (e.g. `explain`), write
+#: `_add_explain(subparsers)` that adds its parser and `set_defaults(run=_run_explain)`,
+#: and append it here; `main` needs no change.
+_SUBCOMMANDS = [_add_serve, _add_sample_cluster, _add_explain]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `dra-extender` argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="dra-extender", description="kube-scheduler extender for DRA ResourceClaims."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in _SUBCOMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the process exit code.
+
+    Args:
+        argv: arguments without the program name; None reads `sys.argv[1:]`.
+
+    Returns:
+        0 on success, 2 for usage, settings or state errors.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
