@@ -1,0 +1,134 @@
+"""Compiled device selectors and the compile cache: the public face of the CEL package.
+
+`compile_selector(text)` parses (`parsing.py`), checks and compiles (`compiling.py`) a selector
+once per distinct text. Results are kept in an LRU keyed by the text, failures included, so a
+broken selector that every node's filter call meets is parsed once, not once per node; the
+scheduler plugin keeps a similar cache (`cel.NewCache`). The cache is shared by all threads:
+one lock guards it, compilation itself runs outside the lock, and when two threads compile the
+same new text at once the first to finish is kept and returned to both.
+
+`CompiledSelector.evaluate(device)` runs the program against a `DeviceInput` built once per
+device (`devices.py`). It allocates only the program's small slot list; no environments, no
+activations. The result must be a bool, as upstream requires.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from extender.cel.compiling import ITERATION_BUDGET, CompileIssues, Program, compile_tree
+from extender.cel.devices import DeviceInput
+from extender.cel.parsing import Issue, SyntaxIssues, format_issues, parse
+from extender.cel.values import EVAL_ERRORS, as_cel_error, type_name
+from extender.errors import CelCompileError, CelRuntimeError
+
+#: How many distinct selector texts stay compiled; read at each insertion, so it can be tuned live.
+COMPILE_CACHE_SIZE = 4096
+#: Upstream's `CELSelectorExpressionMaxLength`, in bytes of UTF-8 as Go's `len()` counts.
+MAX_EXPRESSION_LENGTH = 10240
+
+
+class CompiledSelector:
+    """A compiled, immutable selector; safe to evaluate from any number of threads."""
+
+    __slots__ = ("_program", "_template", "expression")
+
+    def __init__(self, expression: str, program: Program, slots: int) -> None:
+        self.expression = expression
+        self._program = program
+        self._template: list[Any] = [None] * slots
+
+    def evaluate(self, device: DeviceInput) -> bool:
+        """Whether the device matches.
+
+        Raises:
+            CelRuntimeError: any runtime error (missing key, no such overload, bad semver, a
+                non-bool result, exceeded budget); upstream aborts the allocation for these.
+        """
+        env = self._template.copy()
+        env[0] = device.root
+        env[1] = [ITERATION_BUDGET]
+        try:
+            result = self._program(env)
+        except EVAL_ERRORS as exc:
+            raise CelRuntimeError(str(as_cel_error(exc))) from exc
+        except RecursionError:
+            raise CelRuntimeError("expression nesting exceeds the evaluation depth limit") from None
+        if type(result) is bool:
+            return result
+        raise CelRuntimeError(f"CEL result of type {type_name(result)} could not be converted to bool")
+
+    def __repr__(self) -> str:
+        return f"CompiledSelector({self.expression!r})"
+
+
+class _Cache:
+    """An LRU of compile outcomes (a selector or the compile error's detail), keyed by text."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, CompiledSelector | str] = OrderedDict()
+
+    def get(self, key: str) -> CompiledSelector | str | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: str, entry: CompiledSelector | str) -> CompiledSelector | str:
+        with self._lock:
+            existing = self._entries.get(key)
+            if existing is not None:
+                self._entries.move_to_end(key)
+                return existing
+            self._entries[key] = entry
+            while len(self._entries) > max(COMPILE_CACHE_SIZE, 0):
+                self._entries.popitem(last=False)
+            return entry
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_CACHE = _Cache()
+
+
+def compile_selector(expression: str) -> CompiledSelector:
+    """The compiled selector for this text, compiled on first use and cached.
+
+    Raises:
+        CelCompileError: syntax errors, undeclared references and other checks, in cel-go's
+            layout after "compilation failed: ", or an over-long expression.
+    """
+    entry = _CACHE.get(expression)
+    if entry is None:
+        entry = _CACHE.put(expression, _compile(expression))
+    if isinstance(entry, str):
+        raise CelCompileError(entry)
+    return entry
+
+
+def clear_compile_cache() -> None:
+    """Forget every compiled selector (tests; configuration reloads)."""
+    _CACHE.clear()
+
+
+def _compile(expression: str) -> CompiledSelector | str:
+    size = len(expression.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_EXPRESSION_LENGTH:
+        return f"expression too long: {size} bytes, more than the maximum of {MAX_EXPRESSION_LENGTH}"
+    try:
+        program, slots = compile_tree(expression, parse(expression))
+    except (SyntaxIssues, CompileIssues) as exc:
+        return "compilation failed: " + format_issues(expression, exc.issues)
+    except RecursionError:
+        issue = Issue(1, 1, "expression recursion limit exceeded")
+        return "compilation failed: " + format_issues(expression, [issue])
+    return CompiledSelector(expression, program, slots)
