@@ -2,8 +2,10 @@
 
 Built from a ClusterState whenever its `devices_generation` changes; readers hold a snapshot
 that never changes in place. Parsed slices (and with them the per-device CEL caches) are carried
-over from the previous snapshot when the raw slice object is unchanged, so a change to one
-slice costs that slice, not the cluster.
+over from the previous snapshot when the raw slice object is unchanged, and so is each node's
+block (its pools and rows) while the node, its slices, the pools they belong to and the
+network-attached slices are unchanged. A change to one node-local slice therefore re-parses
+that slice and re-gathers that node's pools; the rest is array concatenation.
 
 Rows: one row per (node, device the node can use), in the allocator's search order for that
 node (pools by driver/pool name, slices by name, devices as listed). A network-attached device
@@ -46,6 +48,50 @@ class SelectorMask:
     error: np.ndarray
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeBlock:
+    """One node's pools and its rows, re-used by the next snapshot while `key` is unchanged."""
+
+    key: tuple[Any, ...]
+    pools: list[Pool]
+    devices: list[Device]
+    special: list[bool]
+    tainted: list[bool]
+    invalid: bool
+
+
+def _node_block(key: tuple[Any, ...], node: Obj, pools: list[Pool], features: Features) -> _NodeBlock:
+    devices: list[Device] = []
+    special: list[bool] = []
+    tainted: list[bool] = []
+    for pool in pools:
+        if pool.incomplete or pool.invalid:
+            continue
+        for slice_ in pool.slices:
+            for device in slice_.devices:
+                if device.binding_conditions and not features.device_binding_and_status:
+                    continue  # never selectable with the gate off
+                if slice_.per_device_node_selection and not node_matches(
+                    node,
+                    node_name=device.node_name,
+                    all_nodes=device.all_nodes,
+                    node_selector=device.node_selector,
+                ):
+                    continue
+                devices.append(device)
+                special.append(
+                    bool(device.consumes_counters)
+                    or bool(device.binding_conditions)
+                    or (features.consumable_capacity and device.allow_multiple_allocations)
+                    or slice_.per_device_node_selection
+                    or pool.has_binding_conditions
+                )
+                tainted.append(
+                    features.device_taints and any(t.effect in BLOCKING_EFFECTS for t in device.taints)
+                )
+    return _NodeBlock(key, pools, devices, special, tainted, any(p.invalid for p in pools))
+
+
 class DeviceIndex:
     """One immutable generation of the device index (see module docstring)."""
 
@@ -58,6 +104,7 @@ class DeviceIndex:
         slices: list[Slice],
         classes: dict[str, DeviceClassSpec],
         evaluator: CachingEvaluator,
+        previous_blocks: dict[str, _NodeBlock] | None = None,
     ) -> None:
         self.generation = generation
         self.features = features
@@ -76,64 +123,37 @@ class DeviceIndex:
                 local.setdefault(slice_.node_name, []).append(slice_)
             else:
                 shared.append(slice_)
-        self._local = local
-        self._shared = shared
-        self.pools: dict[str, list[Pool]] = {
-            name: gather_pools(
-                [*local.get(name, ()), *shared], node, features, all_slices_of_pool=self.by_pool
-            )
-            for name, node in nodes.items()
-        }
+        shared_key = tuple(id(s) for s in shared)
+        pool_key = {pool_id: tuple(id(s) for s in members) for pool_id, members in self.by_pool.items()}
+        reuse = previous_blocks or {}
+        self.blocks: dict[str, _NodeBlock] = {}
+        for name, node in nodes.items():
+            mine = local.get(name, [])
+            # A node's pools depend on its node object, its own slices, every slice of the pools
+            # those belong to (multi-host pools) and the network-attached slices.
+            key = (id(node), tuple((id(s), pool_key[s.pool_id]) for s in mine), shared_key)
+            block = reuse.get(name)
+            if block is None or block.key != key:
+                pools = gather_pools([*mine, *shared], node, features, all_slices_of_pool=self.by_pool)
+                block = _node_block(key, node, pools, features)
+            self.blocks[name] = block
+        self.pools: dict[str, list[Pool]] = {name: block.pools for name, block in self.blocks.items()}
         self._build_rows()
         self._masks: dict[tuple[str, tuple[str, ...]], SelectorMask] = {}
+        # id(raw ResourceSlice) -> parsed Slice; lets the next build skip unchanged slices.
+        self.parsed_by_raw: dict[int, Slice] = {}
 
     # ----------------------------------------------------------------- rows
     def _build_rows(self) -> None:
-        row_node: list[int] = []
-        row_device: list[Device] = []
-        special: list[bool] = []
-        tainted: list[bool] = []
-        bad_pool = np.zeros(len(self.node_names), dtype=bool)
-        features = self.features
-        for name, pools in self.pools.items():
-            pos = self.node_pos[name]
-            node = self.nodes[name]
-            for pool in pools:
-                if pool.invalid:
-                    bad_pool[pos] = True
-                if pool.incomplete or pool.invalid:
-                    continue
-                for slice_ in pool.slices:
-                    for device in slice_.devices:
-                        if device.binding_conditions and not features.device_binding_and_status:
-                            continue  # never selectable with the gate off
-                        if slice_.per_device_node_selection and not node_matches(
-                            node,
-                            node_name=device.node_name,
-                            all_nodes=device.all_nodes,
-                            node_selector=device.node_selector,
-                        ):
-                            continue
-                        row_node.append(pos)
-                        row_device.append(device)
-                        special.append(
-                            bool(device.consumes_counters)
-                            or bool(device.binding_conditions)
-                            or (features.consumable_capacity and device.allow_multiple_allocations)
-                            or slice_.per_device_node_selection
-                            or pool.has_binding_conditions
-                        )
-                        tainted.append(
-                            features.device_taints
-                            and any(t.effect in BLOCKING_EFFECTS for t in device.taints)
-                        )
-        self.row_node = np.asarray(row_node, dtype=np.int32)
-        self.row_device = row_device
-        self.row_special = np.asarray(special, dtype=bool)
-        self.row_tainted = np.asarray(tainted, dtype=bool)
-        self.node_has_invalid_pool = bad_pool
+        blocks = [self.blocks[name] for name in self.node_names]
+        sizes = [len(block.devices) for block in blocks]
+        self.row_node = np.repeat(np.arange(len(blocks), dtype=np.int32), sizes)
+        self.row_device = [device for block in blocks for device in block.devices]
+        self.row_special = np.fromiter((f for block in blocks for f in block.special), dtype=bool)
+        self.row_tainted = np.fromiter((f for block in blocks for f in block.tainted), dtype=bool)
+        self.node_has_invalid_pool = np.array([block.invalid for block in blocks], dtype=bool)
         rows_of: dict[DeviceID, list[int]] = {}
-        for row, device in enumerate(row_device):
+        for row, device in enumerate(self.row_device):
             rows_of.setdefault(device.id, []).append(row)
         self.rows_of = {k: np.asarray(v, dtype=np.int64) for k, v in rows_of.items()}
 
@@ -191,7 +211,7 @@ def build_index(
     """Build a snapshot from the state, re-using parsed slices of `previous` that did not change."""
     reuse: dict[int, Slice] = {}
     if previous is not None:
-        reuse = previous._parsed_by_raw  # type: ignore[attr-defined]
+        reuse = previous.parsed_by_raw
     rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
     parsed_by_raw: dict[int, Slice] = {}
     slices: list[Slice] = []
@@ -217,8 +237,9 @@ def build_index(
         slices=slices,
         classes=classes,
         evaluator=evaluator or (previous.evaluator if previous else CachingEvaluator(features)),
+        previous_blocks=previous.blocks if previous is not None and previous.features == features else None,
     )
-    index._parsed_by_raw = parsed_by_raw  # type: ignore[attr-defined]
+    index.parsed_by_raw = parsed_by_raw
     return index
 
 
