@@ -161,8 +161,12 @@ class Placement:
     def prioritize(self, pod: Obj, node_names: list[str]) -> list[HostScore]:
         """Upstream's DRA score: prioritized-list rank of the chosen subrequests, scaled to 0..10."""
         evaluation = self.evaluate(pod, node_names)
+        ranked = any(r.first_available for spec in evaluation.specs for r in spec.requests)
         raw: dict[str, int] = {}
         for name in node_names:
+            if not ranked:  # no prioritized list: upstream scores every node 0, no search needed
+                raw[name] = 0
+                continue
             verdict = evaluation.verdicts.get(name)
             if evaluation.error or verdict is None or verdict.status != PASSED:
                 raw[name] = 0

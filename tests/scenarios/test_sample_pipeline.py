@@ -154,3 +154,25 @@ def test_explain_prints_verdicts_and_devices() -> None:
     assert "cpu-node-01: UNRESOLVABLE" in text
     assert "tpu.google.com/tpu-v5e-node-01/tpu-0" in text
     assert "1 of 10 node(s) pass" in text
+
+
+def test_prioritize_ranks_by_chosen_subrequest() -> None:
+    """Upstream DRA score: 8 - index of the chosen firstAvailable subrequest, scaled to 0..10."""
+    _, placement, _ = _services()
+    nodes = ["h100-node-01", "l40s-node-01", "mi300x-node-01", "gaudi2-node-01", "cpu-node-01"]
+    scores = {s.host: s.score for s in placement.prioritize(_pod("flexible-accelerator"), nodes)}
+    # raw 8 (H100), 7 (L40S), 6 (MI300X), 5 (Gaudi2) scaled by 10/8; failing nodes get 0
+    assert scores == {
+        "h100-node-01": 10,
+        "l40s-node-01": 8,
+        "mi300x-node-01": 7,
+        "gaudi2-node-01": 6,
+        "cpu-node-01": 0,
+    }
+
+
+def test_prioritize_without_prioritized_list_is_flat() -> None:
+    """Pods without firstAvailable get 0 everywhere (until topology scoring lands)."""
+    _, placement, _ = _services()
+    scores = placement.prioritize(_pod("gpu-training"), ["h100-node-01", "h100-node-02"])
+    assert [s.score for s in scores] == [0, 0]
