@@ -1,0 +1,1 @@
+"""Benchmark drivers; their output is what docs/benchmarks.md reports."""

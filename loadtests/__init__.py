@@ -1,0 +1,1 @@
+"""Load-test scenarios: the synthetic cluster and pending-pod generator (`loadtests.generate`)."""
