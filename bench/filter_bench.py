@@ -3,8 +3,9 @@
 Scope: measures the placement service behind `/filter` and `/prioritize` on clusters made by
 `loadtests.generate`, in-process (`Placement.filter` called directly) and, with `--http`, over
 HTTP through the real aiohttp app from `extender.server.make_app`, served on 127.0.0.1 inside
-this process and driven by one aiohttp client connection. It does not measure bind, cluster
-watches or index rebuilds after changes (only the start-up index build).
+this process and driven by one aiohttp client connection. It does not measure bind or cluster
+watches; rebuilds after changes only with `--update-calls N` (N filter calls, each right after
+one ResourceClaim or Node update, measured last because they change the state).
 
 How:
 - every call asks about all nodes of the cluster (`NodeNames` = every node, as kube-scheduler
@@ -19,7 +20,9 @@ How:
 - warm-up calls (one per claim shape, which fills the CEL selector masks and per-device
   caches, then `--warmup` more) are not counted; the cold first call per shape is reported.
 
-CLI: `python -m bench.filter_bench --nodes 500 5000 --calls 200 --seed 1 [--http] [--json PATH]`.
+CLI: `python -m bench.filter_bench --nodes 500 5000 --calls 200 --seed 1 [--http] [--json PATH]`
+(`--cpu N` pins the process to one CPU, `--profile` prints a cProfile of the in-process filter
+calls, `--gc-freeze` is a what-if experiment; see `--help`).
 """
 
 from __future__ import annotations
@@ -213,6 +216,47 @@ def run_in_process(cluster: Cluster, calls: int, warmup: int, *, prioritize: boo
     )
 
 
+def run_after_update(cluster: Cluster, kind: str, calls: int, warmup: int) -> Result:
+    """Filter calls that each follow one update of a `kind` object (same content, new resourceVersion).
+
+    An update of a ResourceClaim (what every bind does) bumps the claims generation; one of a Node
+    (status heartbeats, labels) bumps the devices generation. The next filter pays for whatever
+    placement derives from that generation; this measures it.
+    """
+    placement, names = cluster.placement, cluster.node_names
+    state = placement.state
+    targets = [
+        obj
+        for obj in state.list(kind)
+        if kind != "ResourceClaim" or (obj.get("status") or {}).get("allocation")
+    ]
+    samples: list[float] = []
+    errors = 0
+    verdict = None
+    for i in range(calls):
+        target = targets[(i * 7919) % len(targets)]
+        meta = target["metadata"]
+        state.upsert({**target, "metadata": {**meta, "resourceVersion": f"{meta['resourceVersion']}{i}"}})
+        pod = cluster.pods[i % len(cluster.pods)]
+        placement._evaluations.clear()
+        started = time.perf_counter()
+        verdict = placement.filter(pod, names)
+        samples.append(time.perf_counter() - started)
+        errors += bool(verdict.error)
+    assert verdict is not None
+    return Result(
+        mode=f"in-process filter after {kind} update",
+        nodes=cluster.nodes,
+        calls=calls,
+        warmup_calls=warmup,
+        **_stats(samples),
+        last_passed=len(verdict.passed),
+        last_failed=len(verdict.failed),
+        last_unresolvable=len(verdict.unresolvable),
+        errors=errors,
+    )
+
+
 async def run_http(cluster: Cluster, calls: int, warmup: int) -> list[Result]:
     """Filter, then filter+prioritize, over HTTP against the real app on an ephemeral port."""
     import aiohttp
@@ -305,14 +349,15 @@ def profile_filter(cluster: Cluster, calls: int, top: int = 15) -> str:
 
 
 def _table(results: list[Result]) -> str:
+    w = max(30, *(len(r.mode) for r in results))
     header = (
-        f"{'mode':<30} {'nodes':>6} {'calls':>5} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
+        f"{'mode':<{w}} {'nodes':>6} {'calls':>5} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
         f"{'max ms':>8} {'calls/s':>8} {'passed':>6} {'failed':>6} {'unres.':>6} {'errors':>6}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
         lines.append(
-            f"{r.mode:<30} {r.nodes:>6} {r.calls:>5} {r.p50_ms:>8.2f} {r.p90_ms:>8.2f} {r.p99_ms:>8.2f} "
+            f"{r.mode:<{w}} {r.nodes:>6} {r.calls:>5} {r.p50_ms:>8.2f} {r.p90_ms:>8.2f} {r.p99_ms:>8.2f} "
             f"{r.max_ms:>8.2f} {r.calls_per_s:>8.1f} {r.last_passed:>6} {r.last_failed:>6} "
             f"{r.last_unresolvable:>6} {r.errors:>6}"
         )
@@ -339,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=200, help="pending pods to generate per cluster")
     parser.add_argument("--warmup", type=int, default=5, help="extra warm-up calls after one per shape")
     parser.add_argument("--http", action="store_true", help="also measure over HTTP (aiohttp app)")
+    parser.add_argument(
+        "--update-calls",
+        type=int,
+        default=0,
+        help="also measure N filter calls that each follow a ResourceClaim / a Node update (default 0)",
+    )
     parser.add_argument("--json", type=Path, help="write the results as JSON to this path")
     parser.add_argument("--cpu", type=int, help="pin the process to this one CPU (sched_setaffinity)")
     parser.add_argument(
@@ -411,6 +462,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_table(results))
         print(_shape_table(results[0]))
         profile = profile_filter(cluster, args.calls) if args.profile else ""
+        if args.update_calls:  # last: these change the state (same content, new generations)
+            updates = [
+                run_after_update(cluster, k, args.update_calls, warmup) for k in ("ResourceClaim", "Node")
+            ]
+            print(_table(updates))
+            results.extend(updates)
         if profile:
             print(f"\ncProfile of {args.calls} in-process filter calls, {nodes} nodes:\n{profile}")
         all_results.extend(results)
