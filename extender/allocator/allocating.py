@@ -78,7 +78,6 @@ def allocate(
     evaluator: SelectorEvaluator,
     should_stop: Callable[[], str | None] = lambda: None,
     new_share_id: Callable[[], str] = lambda: str(uuid.uuid4()),
-    candidate_order: Callable[[list[_Candidate]], list[_Candidate]] | None = None,
 ) -> list[ClaimAllocation] | None:
     """Allocate devices for all `claims` on `node`; see the module docstring for outcomes.
 
@@ -86,22 +85,10 @@ def allocate(
         should_stop: polled once per search step; a non-empty cause aborts the search with
             `AllocationAborted("filter operation aborted: <cause>")`.
         new_share_id: makes the shareID of each share of a multi-allocatable device.
-        candidate_order: optional reordering of the node's devices (search preference);
-            feasibility does not depend on it, only which solution is found first.
     """
-    search = _Search(
-        claims=claims,
-        node=node,
-        pools=pools,
-        features=features,
-        classes=classes,
-        allocated=allocated,
-        evaluator=evaluator,
-        should_stop=should_stop,
-        new_share_id=new_share_id,
-    )
-    if candidate_order is not None:
-        search.candidates = candidate_order(search.candidates)
+    search = _Search(claims, node, pools, features, classes, allocated, evaluator)
+    search.should_stop = should_stop
+    search.new_share_id = new_share_id
     return search.run()
 
 
@@ -110,7 +97,6 @@ class _Search:
 
     def __init__(
         self,
-        *,
         claims: Sequence[ClaimSpec],
         node: Node,
         pools: Sequence[Pool],
@@ -118,8 +104,6 @@ class _Search:
         classes: ClassLookup,
         allocated: AllocatedState,
         evaluator: SelectorEvaluator,
-        should_stop: Callable[[], str | None],
-        new_share_id: Callable[[], str],
     ) -> None:
         self.claims = claims
         self.node = node
@@ -128,8 +112,8 @@ class _Search:
         self.classes = classes
         self.allocated = allocated
         self.evaluator = evaluator
-        self.should_stop = should_stop
-        self.new_share_id = new_share_id
+        self.should_stop: Callable[[], str | None] = lambda: None
+        self.new_share_id: Callable[[], str] = lambda: str(uuid.uuid4())
         self.requests: dict[tuple[int, int, int], _Request] = {}
         self.selected_sub: dict[tuple[int, int], int] = {}
         self.constraints: list[list[Constraint]] = []
