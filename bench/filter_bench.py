@@ -50,6 +50,7 @@ import orjson
 from extender.cluster.state import ClusterState
 from extender.placement import Placement
 from extender.settings import Settings
+from extender.verdicts import FilterVerdict
 from extender.wiring import build_services
 from loadtests.generate import SHAPE_LABEL, SHAPES, generate_cluster
 
@@ -202,17 +203,32 @@ def run_in_process(cluster: Cluster, calls: int, warmup: int, *, prioritize: boo
         by_shape.setdefault(_shape(pod), []).append(elapsed)
         errors += bool(verdict.error)
     assert verdict is not None
+    result = _verdict_result(
+        "in-process filter+prioritize" if prioritize else "in-process filter",
+        cluster,
+        warmup,
+        samples,
+        verdict,
+        errors,
+    )
+    result.by_shape = {shape: _stats(s) | {"calls": len(s)} for shape, s in sorted(by_shape.items())}
+    return result
+
+
+def _verdict_result(
+    mode: str, cluster: Cluster, warmup: int, samples: list[float], verdict: FilterVerdict, errors: int
+) -> Result:
+    """A Result from timed samples and the last in-process filter verdict."""
     return Result(
-        mode="in-process filter+prioritize" if prioritize else "in-process filter",
+        mode=mode,
         nodes=cluster.nodes,
-        calls=calls,
+        calls=len(samples),
         warmup_calls=warmup,
         **_stats(samples),
         last_passed=len(verdict.passed),
         last_failed=len(verdict.failed),
         last_unresolvable=len(verdict.unresolvable),
         errors=errors,
-        by_shape={shape: _stats(s) | {"calls": len(s)} for shape, s in sorted(by_shape.items())},
     )
 
 
@@ -244,16 +260,8 @@ def run_after_update(cluster: Cluster, kind: str, calls: int, warmup: int) -> Re
         samples.append(time.perf_counter() - started)
         errors += bool(verdict.error)
     assert verdict is not None
-    return Result(
-        mode=f"in-process filter after {kind} update",
-        nodes=cluster.nodes,
-        calls=calls,
-        warmup_calls=warmup,
-        **_stats(samples),
-        last_passed=len(verdict.passed),
-        last_failed=len(verdict.failed),
-        last_unresolvable=len(verdict.unresolvable),
-        errors=errors,
+    return _verdict_result(
+        f"in-process filter after {kind} update", cluster, warmup, samples, verdict, errors
     )
 
 
