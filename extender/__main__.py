@@ -132,7 +132,55 @@ def _add_serve(subparsers: Any) -> None:
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     parser.add_argument("--log-json", action="store_true", default=None, help="log one JSON object per line")
+    _add_kube_flags(parser)
+    _add_tls_flags(parser)
+    _add_leader_flags(parser)
+    _add_tracing_flags(parser)
     parser.set_defaults(run=_run_serve)
+
+
+def _add_kube_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("kube mode (watch)")
+    group.add_argument(
+        "--watch-stall-seconds", metavar="S", help="relist a watch silent for this long (default 300)"
+    )
+    group.add_argument(
+        "--relist-ready-seconds", metavar="S", help="/readyz fails while a relist runs longer (default 30)"
+    )
+
+
+def _add_tls_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("TLS")
+    group.add_argument("--tls-cert-file", metavar="PATH", help="serve HTTPS with this PEM certificate")
+    group.add_argument("--tls-key-file", metavar="PATH", help="PEM private key of --tls-cert-file")
+    group.add_argument(
+        "--client-ca-file", metavar="PATH", help="require client certificates signed by this PEM CA"
+    )
+
+
+def _add_leader_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("leader election (kube mode)")
+    group.add_argument(
+        "--leader-elect", action="store_true", default=None, help="bind only while holding the Lease"
+    )
+    group.add_argument(
+        "--leader-lease-name", metavar="NAME", help="Lease name (default dra-topology-extender)"
+    )
+    group.add_argument("--leader-lease-namespace", metavar="NS", help="Lease namespace (default kube-system)")
+    group.add_argument("--lease-duration-seconds", metavar="S", help="Lease validity (default 15)")
+    group.add_argument("--renew-deadline-seconds", metavar="S", help="leader gives up after (default 10)")
+    group.add_argument("--retry-period-seconds", metavar="S", help="acquire/renew period (default 2)")
+
+
+def _add_tracing_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("tracing (OpenTelemetry)")
+    group.add_argument(
+        "--tracing", action="store_true", default=None, help="export spans over OTLP (default off)"
+    )
+    group.add_argument("--otlp-endpoint", metavar="URL", help="OTLP endpoint (default: OTEL_* env vars)")
+    group.add_argument(
+        "--otlp-protocol", choices=("http/protobuf", "grpc"), help="OTLP transport (default http/protobuf)"
+    )
 
 
 def _add_sample_cluster(subparsers: Any) -> None:

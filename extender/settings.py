@@ -31,6 +31,7 @@ from extender.allocator.features import Features, parse_feature_gates
 
 ENV_PREFIX = "DRA_EXTENDER_"
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
+OTLP_PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
 _SIZE_SUFFIXES: dict[str, int] = {"": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
 
 
@@ -73,6 +74,52 @@ class Settings:
 
     scheduler_names: tuple[str, ...] = ()
     """Scheduler profiles whose pods we place; empty means every profile."""
+
+    # ---------------------------------------------------------------- kube mode (watch)
+    watch_stall_seconds: float = 300.0
+    """A watch stream that delivers no event or bookmark for this long is restarted by a relist."""
+
+    relist_ready_seconds: float = 30.0
+    """`/readyz` fails while a relist of any kind has been running longer than this."""
+
+    # ---------------------------------------------------------------- TLS
+    tls_cert_file: Path | None = None
+    """Serve HTTPS with this PEM certificate (chain); needs `tls_key_file`. Re-read when it changes."""
+
+    tls_key_file: Path | None = None
+    """PEM private key of `tls_cert_file`."""
+
+    client_ca_file: Path | None = None
+    """Require client certificates signed by this PEM CA bundle (mutual TLS); needs `tls_cert_file`."""
+
+    # ---------------------------------------------------------------- leader election
+    leader_elect: bool = False
+    """Bind only while holding the coordination.k8s.io Lease; other replicas filter/prioritize only."""
+
+    leader_lease_name: str = "dra-topology-extender"
+    """Name of the Lease used for leader election."""
+
+    leader_lease_namespace: str = "kube-system"
+    """Namespace of the Lease used for leader election."""
+
+    lease_duration_seconds: float = 15.0
+    """How long a Lease is valid after its last renewal (others may take it over after that)."""
+
+    renew_deadline_seconds: float = 10.0
+    """The leader steps down if it could not renew its Lease for this long."""
+
+    retry_period_seconds: float = 2.0
+    """How often candidates try to acquire, and the leader renews, the Lease."""
+
+    # ---------------------------------------------------------------- tracing
+    tracing: bool = False
+    """Export OpenTelemetry spans over OTLP; also on when OTEL_TRACES_EXPORTER=otlp is set."""
+
+    otlp_endpoint: str = ""
+    """OTLP endpoint; empty uses OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT or the exporter's default."""
+
+    otlp_protocol: str = "http/protobuf"
+    """OTLP transport, one of OTLP_PROTOCOLS (gRPC needs the optional grpc exporter installed)."""
 
     def as_dict(self) -> dict[str, str]:
         """Field name -> printable value, for the one start-up log line."""
@@ -136,6 +183,26 @@ def _to_log_level(value: Any, where: str) -> str:
     return level
 
 
+def _to_text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: {value!r} is not a string")
+    return value.strip()
+
+
+def _to_name(value: Any, where: str) -> str:
+    text = _to_text(value, where)
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", text):
+        raise ValueError(f"{where}: {value!r} is not a Kubernetes object name; allowed: a DNS-1123 subdomain")
+    return text
+
+
+def _to_otlp_protocol(value: Any, where: str) -> str:
+    text = str(value).strip().lower()
+    if text not in OTLP_PROTOCOLS:
+        raise ValueError(f"{where}: {value!r} is not an OTLP protocol; allowed: {', '.join(OTLP_PROTOCOLS)}")
+    return text
+
+
 def _to_host(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where}: {value!r} is not a host; allowed: an IP address or host name")
@@ -196,6 +263,20 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "log_level": _to_log_level,
         "log_json": _to_bool,
         "scheduler_names": _to_names,
+        "watch_stall_seconds": _to_seconds,
+        "relist_ready_seconds": _to_seconds,
+        "tls_cert_file": _path_converter(base),
+        "tls_key_file": _path_converter(base),
+        "client_ca_file": _path_converter(base),
+        "leader_elect": _to_bool,
+        "leader_lease_name": _to_name,
+        "leader_lease_namespace": _to_name,
+        "lease_duration_seconds": _to_seconds,
+        "renew_deadline_seconds": _to_seconds,
+        "retry_period_seconds": _to_seconds,
+        "tracing": _to_bool,
+        "otlp_endpoint": _to_text,
+        "otlp_protocol": _to_otlp_protocol,
     }
 
 
@@ -253,6 +334,10 @@ def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, bo
     return values, gates
 
 
+#: Fields whose flags are not simply `--field-name VALUE` (handled one by one in `_flag_layer`).
+_SPECIAL_FLAGS = frozenset({"listen_host", "listen_port", "state_paths"})
+
+
 def _flag_layer(ns: Any) -> tuple[dict[str, Any], dict[str, bool]]:
     def flag(name: str) -> Any:
         return getattr(ns, name, None)
@@ -272,6 +357,9 @@ def _flag_layer(ns: Any) -> tuple[dict[str, Any], dict[str, bool]]:
         values["log_level"] = _to_log_level(flag("log_level"), "--log-level")
     if flag("log_json") is not None:
         values["log_json"] = bool(flag("log_json"))
+    for name, convert in _converters(None, os.pathsep).items():
+        if name not in values and name not in _SPECIAL_FLAGS and flag(name) is not None:
+            values[name] = convert(flag(name), "--" + name.replace("_", "-"))
     gates = _gates(flag("feature_gates"), "--feature-gates") if flag("feature_gates") is not None else {}
     return values, gates
 
@@ -305,4 +393,28 @@ def load_settings(argv_namespace: Any, environ: Mapping[str, str]) -> Settings:
         raise ValueError(f"feature gates: {exc}") from None
     if values.get("kube") and values.get("state_paths"):
         raise ValueError("kube mode and state paths (--state) are mutually exclusive; choose one source")
+    _check_combinations(values)
     return Settings(**values)
+
+
+def _check_combinations(values: Mapping[str, Any]) -> None:
+    """Settings that are valid alone but not together."""
+    cert, key = values.get("tls_cert_file"), values.get("tls_key_file")
+    if (cert is None) != (key is None):
+        raise ValueError(
+            "tls_cert_file and tls_key_file must be given together (--tls-cert-file, --tls-key-file)"
+        )
+    if values.get("client_ca_file") is not None and cert is None:
+        raise ValueError("client_ca_file (--client-ca-file) needs HTTPS: give tls_cert_file and tls_key_file")
+    if values.get("leader_elect") and not values.get("kube"):
+        raise ValueError(
+            "leader_elect (--leader-elect) needs kube mode (--kube): the Lease lives in the cluster"
+        )
+    duration = values.get("lease_duration_seconds", 15.0)
+    renew = values.get("renew_deadline_seconds", 10.0)
+    retry = values.get("retry_period_seconds", 2.0)
+    if not retry < renew < duration:
+        raise ValueError(
+            "leader election needs retry_period_seconds < renew_deadline_seconds < lease_duration_seconds "
+            f"(got {retry} < {renew} < {duration})"
+        )
