@@ -79,7 +79,7 @@ class InMemoryBinder:
         verdict = evaluation.verdicts[node]
         if verdict.status != "passed":
             return f"pod {namespace}/{name} cannot be bound to node {node}: {verdict.reason}"
-        allocations = self._placement.allocations_on(evaluation, node) if claims.pending else []
+        allocations = self._placement.choose_allocations(evaluation, node) if claims.pending else []
         if allocations is None:
             return f"pod {namespace}/{name}: cannot allocate all claims on node {node}"
         pod_meta = pod.get("metadata") or {}

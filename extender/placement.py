@@ -334,6 +334,14 @@ class Placement:
             should_stop=should_stop,
         )
 
+    def choose_allocations(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
+        """The allocation bind writes on a node that passed: the set prioritize scored best.
+
+        One ClaimAllocation per pending claim, in `evaluation.claims.pending` order; None if the
+        node cannot hold the pod's claims any more.
+        """
+        return self.allocations_on(evaluation, name)
+
     def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
         """The first-fit allocation on a node that passed (computed on demand for fast-path nodes)."""
         if name not in evaluation.allocations:
