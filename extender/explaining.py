@@ -1,8 +1,9 @@
 """`dra-extender explain`: why a pod can or cannot go to each node, offline.
 
 Runs the same placement code as /filter against a state (files or the embedded sample) and
-prints, per node, the verdict, the reason and, for nodes that pass, the devices that bind
-would allocate (upstream's first-fit choice).
+prints, per node, the verdict, the reason and, for nodes that pass, the topology score with
+its breakdown (locality, fragmentation, packing, preference), the 0..10 priority /prioritize
+would return, and the devices bind would allocate.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
 from extender.placement import PASSED, Placement
+from extender.topology import TopologySettings
 
 Obj = dict[str, Any]
 
@@ -36,9 +38,16 @@ def load_pods(path: Path) -> list[Obj]:
     return pods
 
 
-def explain(state: ClusterState, pod: Obj, *, features: Features, nodes: list[str] | None = None) -> str:
+def explain(
+    state: ClusterState,
+    pod: Obj,
+    *,
+    features: Features,
+    nodes: list[str] | None = None,
+    topology: TopologySettings | None = None,
+) -> str:
     """A human-readable report of the pod against the given nodes (default: all nodes)."""
-    placement = Placement(state, features=features, assumed=AssumeCache())
+    placement = Placement(state, features=features, assumed=AssumeCache(), topology=topology)
     index = placement.index()
     names = nodes or list(index.node_names)
     evaluation = placement.evaluate(pod, names)
@@ -54,6 +63,8 @@ def explain(state: ClusterState, pod: Obj, *, features: Features, nodes: list[st
         lines.append("  to allocate: " + ", ".join(_ref(c) for c in claims.pending))
     if not claims.uses_claims:
         lines.append("  uses no ResourceClaims: every node passes")
+    priorities = {h.host: h.score for h in placement.prioritize(pod, names)}
+    scores = placement.scores(evaluation, [n for n in names if evaluation.verdicts[n].status == PASSED])
     passed = 0
     for name in names:
         verdict = evaluation.verdicts[name]
@@ -63,7 +74,15 @@ def explain(state: ClusterState, pod: Obj, *, features: Features, nodes: list[st
         if verdict.status != PASSED:
             continue
         passed += 1
-        for allocation in placement.allocations_on(evaluation, name) or []:
+        score = scores.get(name)
+        if score is not None:
+            lines.append(
+                f"      priority {priorities.get(name, 0)}/10, score {score.score:.3f} = "
+                f"locality {score.locality:.3f}, fragmentation {score.fragmentation:.3f}, "
+                f"packing {score.packing:.3f}, preference {score.preference:.3f} "
+                f"(device choice: {score.method})"
+            )
+        for allocation in placement.choose_allocations(evaluation, name) or []:
             devices = ", ".join(f"{r.request_name}={r.device.id}" for r in allocation.devices)
             lines.append(f"      {allocation.claim.ref}: {devices}")
     lines.append(f"  {passed} of {len(names)} node(s) pass")

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from extender import feasibility
+from extender import feasibility, scoring
 from extender.allocator.allocating import allocate
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
@@ -34,7 +34,10 @@ from extender.claims import PodClaims, allocation_fits_node, claim_ref, collect_
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationAborted, AllocationError, NodeScopedError
 from extender.index.snapshot import DeviceIndex, build_index
+from extender.scoring import BOUNDED, EXACT, FIRST_FIT, KernelPlan, NodeScore
+from extender.topology import TopologyModel, TopologySettings
 from extender.verdicts import FilterVerdict, HostScore
+from kernels import topology as kernels
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,11 @@ class PodEvaluation:
     problem: str = ""  # pod-level: every node is unresolvable with this message
     error: str = ""  # the call must fail (e.g. the search timed out): scheduler retries
     verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
-    allocations: dict[str, list[ClaimAllocation]] = field(default_factory=dict)
+    allocations: dict[str, list[ClaimAllocation]] = field(default_factory=dict)  # first-fit, upstream's
+    scores: dict[str, NodeScore] = field(default_factory=dict)  # topology choice per passed node
+    plan: KernelPlan | None = None
+    planned: bool = False  # `plan` was computed (None then means: not a kernel pod)
+    relevant: np.ndarray | None = None
 
 
 class _Classes:
@@ -85,8 +92,13 @@ class Placement:
         filter_timeout_seconds: float = 10.0,
         is_synced: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
+        topology: TopologySettings | None = None,
     ) -> None:
         self.state = state
+        self.topology = topology or TopologySettings()
+        self._topology_model = TopologyModel(self.topology)
+        self.kernel_seconds_total = 0.0  # time inside the topology kernels (read by /metrics)
+        self.kernel_calls_total = 0
         self.features = features
         self.assumed = assumed
         self.filter_timeout_seconds = filter_timeout_seconds
@@ -107,7 +119,9 @@ class Placement:
         """The device index for the current device generation (rebuilt when it changed)."""
         if self._index is None or self._index.generation != self.state.devices_generation:
             started = time.perf_counter()
-            self._index = build_index(self.state, self.features, previous=self._index)
+            self._index = build_index(
+                self.state, self.features, previous=self._index, topology=self._topology_model
+            )
             log.info(
                 "device index generation %d: %d nodes, %d device rows, built in %.1f ms",
                 self._index.generation,
@@ -159,22 +173,19 @@ class Placement:
         return verdict
 
     def prioritize(self, pod: Obj, node_names: list[str]) -> list[HostScore]:
-        """Upstream's DRA score: prioritized-list rank of the chosen subrequests, scaled to 0..10."""
+        """0..10 per node from the topology score of its best device set; failed nodes get 0.
+
+        Pods without pending claims (nothing to choose) score 0 everywhere, like upstream.
+        """
         evaluation = self.evaluate(pod, node_names)
-        ranked = any(r.first_available for spec in evaluation.specs for r in spec.requests)
-        raw: dict[str, int] = {}
-        for name in node_names:
-            if not ranked:  # no prioritized list: upstream scores every node 0, no search needed
-                raw[name] = 0
-                continue
-            verdict = evaluation.verdicts.get(name)
-            if evaluation.error or verdict is None or verdict.status != PASSED:
-                raw[name] = 0
-                continue
-            allocations = self.allocations_on(evaluation, name)
-            raw[name] = _prioritized_list_score(evaluation.specs, allocations or [])
-        top = max(raw.values(), default=0)
-        return [HostScore(name, (raw[name] * 10) // top if top else 0) for name in node_names]
+        if evaluation.error or not evaluation.specs:
+            return [HostScore(name, 0) for name in node_names]
+        passed = [name for name in node_names if evaluation.verdicts[name].status == PASSED]
+        scores = self.scores(evaluation, passed)
+        scored = [name for name in passed if name in scores]
+        values = scoring.priorities(np.array([scores[name].score for name in scored], dtype=np.float64))
+        by_node = dict(zip(scored, values.tolist(), strict=True))
+        return [HostScore(name, by_node.get(name, 0)) for name in node_names]
 
     # ----------------------------------------------------------------- evaluation
     def evaluate(self, pod: Obj, node_names: list[str]) -> PodEvaluation:
@@ -338,9 +349,140 @@ class Placement:
         """The allocation bind writes on a node that passed: the set prioritize scored best.
 
         One ClaimAllocation per pending claim, in `evaluation.claims.pending` order; None if the
-        node cannot hold the pod's claims any more.
+        node cannot hold the pod's claims any more. A kernel-chosen set is turned into claim
+        allocations by upstream's own search restricted to exactly those devices (every other
+        device of the node counts as in use), so what is written always obeys upstream's rules;
+        should that search disagree with the kernel, the first-fit allocation is written instead.
         """
+        if not evaluation.specs:
+            return []
+        score = self.scores(evaluation, [name]).get(name)
+        if score is None or score.method == FIRST_FIT:
+            return self.allocations_on(evaluation, name)
+        index = self.index()
+        allocated, _ = self.allocated_state()
+        chosen = {index.row_device[row].id for row in score.rows}
+        start, stop = index.node_start[index.node_pos[name]], index.node_start[index.node_pos[name] + 1]
+        others = {index.row_device[row].id for row in range(start, stop)} - chosen
+        restricted = AllocatedState(
+            devices=set(allocated.devices) | others,
+            shared_ids=allocated.shared_ids,
+            aggregated_capacity=allocated.aggregated_capacity,
+        )
+        deadline = self._clock() + self.filter_timeout_seconds
+        result = self._run_allocator(evaluation.specs, index, name, restricted, deadline)
+        if result is not None and {r.device.id for a in result for r in a.devices} == chosen:
+            return result
+        log.warning(
+            "node %s: upstream's search rejects the topology choice %s for claims %s; writing first-fit",
+            name,
+            sorted(d.device for d in chosen),
+            ", ".join(s.ref for s in evaluation.specs),
+        )
         return self.allocations_on(evaluation, name)
+
+    # ----------------------------------------------------------------- topology scores
+    def scores(self, evaluation: PodEvaluation, names: list[str]) -> dict[str, NodeScore]:
+        """Topology scores of the given passed nodes (computed once per evaluation and node)."""
+        missing = [name for name in names if name not in evaluation.scores]
+        if missing and evaluation.specs and not evaluation.error:
+            self._score_nodes(evaluation, missing)
+        return evaluation.scores
+
+    def _score_nodes(self, evaluation: PodEvaluation, names: list[str]) -> None:
+        index = self.index()
+        _, free = self.allocated_state()
+        if not evaluation.planned:
+            evaluation.plan = scoring.kernel_plan(evaluation.specs, index, free)
+            evaluation.relevant = scoring.relevant_rows(evaluation.specs, index)
+            evaluation.planned = True
+        plan, relevant = evaluation.plan, evaluation.relevant
+        assert relevant is not None
+        fallback: list[str] = []
+        kernel_nodes: list[str] = []
+        for name in names:
+            position = index.node_pos.get(name)
+            if plan is None or position is None or plan.awkward_nodes[position]:
+                fallback.append(name)
+            else:
+                kernel_nodes.append(name)
+        if kernel_nodes and plan is not None:
+            positions = np.array([index.node_pos[name] for name in kernel_nodes], dtype=np.int64)
+            started = time.perf_counter()
+            status, _, parts, chosen = scoring.best_sets(
+                plan, index, positions, free, relevant, self.topology
+            )
+            self.kernel_seconds_total += time.perf_counter() - started
+            self.kernel_calls_total += 1
+            final = scoring.combine(parts, np.ones(len(kernel_nodes)), self.topology)
+            for i, name in enumerate(kernel_nodes):
+                if status[i] in (kernels.STATUS_EXACT, kernels.STATUS_BOUNDED):
+                    evaluation.scores[name] = NodeScore(
+                        score=float(final[i]),
+                        locality=float(parts[i, 0]),
+                        fragmentation=float(parts[i, 1]),
+                        packing=float(parts[i, 2]),
+                        preference=1.0,
+                        method=EXACT if status[i] == kernels.STATUS_EXACT else BOUNDED,
+                        rows=tuple(int(r) for r in chosen[i] if r >= 0),
+                    )
+                    continue
+                if status[i] == kernels.STATUS_NONE:
+                    log.warning("node %s passed filter but the topology kernel found no device set", name)
+                fallback.append(name)
+        if fallback:
+            self._score_first_fit(evaluation, index, fallback, free, relevant)
+
+    def _score_first_fit(
+        self,
+        evaluation: PodEvaluation,
+        index: DeviceIndex,
+        names: list[str],
+        free: np.ndarray,
+        relevant: np.ndarray,
+    ) -> None:
+        """Score upstream's first-fit allocation where the kernels do not choose the devices."""
+        groups: dict[tuple[int, ...], list[tuple[str, list[int], float]]] = {}
+        for name in names:
+            position = index.node_pos.get(name)
+            allocations = self.allocations_on(evaluation, name)
+            if allocations is None or position is None:
+                continue
+            start, stop = index.node_start[position], index.node_start[position + 1]
+            rows: list[int] = []
+            claims: list[int] = []
+            for claim_position, allocation in enumerate(allocations):
+                for result in allocation.devices:
+                    found = index.rows_of.get(result.device.id)
+                    inside = found[(found >= start) & (found < stop)] if found is not None else found
+                    if inside is not None and len(inside):
+                        rows.append(int(inside[0]))
+                        claims.append(claim_position)
+            preference = _preference(evaluation.specs, allocations)
+            groups.setdefault(tuple(claims), []).append((name, rows, preference))
+        for claims_of_set, members in groups.items():
+            positions = np.array([index.node_pos[name] for name, _, _ in members], dtype=np.int64)
+            sets = np.array([rows for _, rows, _ in members], dtype=np.int64).reshape(len(members), -1)
+            if sets.shape[1] == 0:
+                sets = np.full((len(members), 1), -1, dtype=np.int64)
+            started = time.perf_counter()
+            _, parts = scoring.score_sets(
+                index, positions, sets, np.array(claims_of_set or (0,)), free, relevant, self.topology
+            )
+            self.kernel_seconds_total += time.perf_counter() - started
+            self.kernel_calls_total += 1
+            preference = np.array([p for _, _, p in members])
+            final = scoring.combine(parts, preference, self.topology)
+            for i, (name, rows, pref) in enumerate(members):
+                evaluation.scores[name] = NodeScore(
+                    score=float(final[i]),
+                    locality=float(parts[i, 0]),
+                    fragmentation=float(parts[i, 1]),
+                    packing=float(parts[i, 2]),
+                    preference=pref,
+                    method=FIRST_FIT,
+                    rows=tuple(rows),
+                )
 
     def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
         """The first-fit allocation on a node that passed (computed on demand for fast-path nodes)."""
@@ -435,13 +577,18 @@ def _short_verdict(specs: list[ClaimSpec], requests: list[Any], short: int, *, i
     return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {what} do not exist on the node")
 
 
-def _prioritized_list_score(specs: list[ClaimSpec], allocations: list[ClaimAllocation]) -> int:
-    """Upstream Score: sum over firstAvailable requests of (8 - index of the chosen subrequest)."""
+def _preference(specs: list[ClaimSpec], allocations: list[ClaimAllocation]) -> float:
+    """Upstream's prioritized-list score, sum over firstAvailable requests of (8 - index of the
+    chosen subrequest), divided by its maximum (8 per such request): 1.0 when every request got
+    its first choice, and for pods without prioritized lists."""
     score = 0
+    requests = 0
     for spec, allocation in zip(specs, allocations, strict=False):
         chosen = {r.parent: r.request for r in allocation.devices if r.parent}
         for request in spec.requests:
-            if request.first_available and request.name in chosen:
-                names = [s.name for s in request.first_available]
-                score += 8 - names.index(chosen[request.name])
-    return score
+            if request.first_available:
+                requests += 1
+                if request.name in chosen:
+                    names = [s.name for s in request.first_available]
+                    score += 8 - names.index(chosen[request.name])
+    return score / (8 * requests) if requests else 1.0

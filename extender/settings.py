@@ -18,6 +18,7 @@ Only `extender.__main__` passes `os.environ` in; nothing else reads the environm
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -28,6 +29,7 @@ from typing import Any
 import yaml
 
 from extender.allocator.features import Features, parse_feature_gates
+from extender.topology import PACKING_POLICIES, TopologySettings, parse_drivers
 
 ENV_PREFIX = "DRA_EXTENDER_"
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
@@ -121,6 +123,53 @@ class Settings:
     otlp_protocol: str = "http/protobuf"
     """OTLP transport, one of OTLP_PROTOCOLS (gRPC needs the optional grpc exporter installed)."""
 
+    # ---------------------------------------------------------------- topology scoring
+    packing: str = "binpack"
+    """Across nodes: `binpack` fills nodes that are already busy, `spread` prefers empty ones."""
+
+    locality_weight: float = 4.0
+    """Weight of locality (pairwise distance of the chosen devices) in a node's score."""
+
+    fragmentation_weight: float = 2.0
+    """Weight of fragmentation (whole free NVLink/PCIe/NUMA groups the choice would break up)."""
+
+    packing_weight: float = 1.0
+    """Weight of packing (node utilisation after placement, per `packing`)."""
+
+    preference_weight: float = 1.0
+    """Weight of upstream's prioritized-list preference (rank of the chosen firstAvailable entry)."""
+
+    cross_claim_weight: float = 1.0
+    """Weight of device pairs from different claims of one pod (e.g. GPU to NIC) in locality."""
+
+    level_distances: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 6.0)
+    """Distance of two devices whose closest shared level is nvlink, pcie, numa, socket, node."""
+
+    topology_drivers: dict[str, Any] = field(default_factory=dict)
+    """Per driver, which attributes feed which level (`{driver: {level: [attribute, ...]}}`),
+    replacing the built-in defaults for the drivers named (file only; see extender/topology.py)."""
+
+    kernel_max_work: int = 4096
+    """Bound on exact-search steps per node in the topology kernel; beyond it a greedy pass runs."""
+
+    kernel_threads: int = 0
+    """Threads of the topology kernels (numba); 0 keeps numba's default (one per core)."""
+
+    def topology(self) -> TopologySettings:
+        """The topology model and scoring settings these settings describe."""
+        return TopologySettings(
+            drivers=parse_drivers(self.topology_drivers, "topology_drivers"),
+            level_distance=tuple(self.level_distances),  # type: ignore[arg-type]
+            locality_weight=self.locality_weight,
+            fragmentation_weight=self.fragmentation_weight,
+            packing_weight=self.packing_weight,
+            preference_weight=self.preference_weight,
+            cross_claim_weight=self.cross_claim_weight,
+            packing=self.packing,
+            max_work=self.kernel_max_work,
+            threads=self.kernel_threads,
+        )
+
     def as_dict(self) -> dict[str, str]:
         """Field name -> printable value, for the one start-up log line."""
         out: dict[str, str] = {}
@@ -203,6 +252,54 @@ def _to_otlp_protocol(value: Any, where: str) -> str:
     return text
 
 
+def _to_weight(value: Any, where: str) -> float:
+    try:
+        weight = float(value)
+    except (TypeError, ValueError):
+        weight = -1.0
+    if isinstance(value, bool) or not 0 <= weight < float("inf"):
+        raise ValueError(f"{where}: {value!r} is not a weight; allowed: a number >= 0")
+    return weight
+
+
+def _to_count(value: Any, where: str) -> int:
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = -1
+    if isinstance(value, bool) or count < 0:
+        raise ValueError(f"{where}: {value!r} is not a count; allowed: an integer >= 0")
+    return count
+
+
+def _to_packing(value: Any, where: str) -> str:
+    text = str(value).strip().lower()
+    if text not in PACKING_POLICIES:
+        raise ValueError(
+            f"{where}: {value!r} is not a packing policy; allowed: {', '.join(PACKING_POLICIES)}"
+        )
+    return text
+
+
+def _to_distances(value: Any, where: str) -> tuple[float, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        distances = tuple(float(i) for i in items)
+    except (TypeError, ValueError):
+        distances = ()
+    if len(distances) != 5 or any(b <= a for a, b in itertools.pairwise(distances)) or distances[0] <= 0:
+        raise ValueError(
+            f"{where}: {value!r} is not a list of 5 increasing positive distances "
+            "(nvlink, pcie, numa, socket, node), e.g. 1,2,3,4,6"
+        )
+    return distances
+
+
+def _to_drivers(value: Any, where: str) -> dict[str, Any]:
+    parse_drivers(value, where)  # validates; Settings keeps the raw mapping (frozen, printable)
+    return dict(value)
+
+
 def _to_host(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{where}: {value!r} is not a host; allowed: an IP address or host name")
@@ -277,6 +374,16 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "tracing": _to_bool,
         "otlp_endpoint": _to_text,
         "otlp_protocol": _to_otlp_protocol,
+        "packing": _to_packing,
+        "locality_weight": _to_weight,
+        "fragmentation_weight": _to_weight,
+        "packing_weight": _to_weight,
+        "preference_weight": _to_weight,
+        "cross_claim_weight": _to_weight,
+        "level_distances": _to_distances,
+        "topology_drivers": _to_drivers,
+        "kernel_max_work": _to_count,
+        "kernel_threads": _to_count,
     }
 
 

@@ -14,7 +14,10 @@ appears once per node that can reach it. Columns:
 - `row_device`: the Device object (identity shared across nodes);
 - `row_special` (bool): the device needs the exact search (counters, shared capacity,
   binding conditions, per-device node selection);
-- `row_tainted` (bool): the device has a taint that blocks unless tolerated.
+- `row_tainted` (bool): the device has a taint that blocks unless tolerated;
+- `row_coords` (int32, rows x 4): topology coordinates per level (`extender.topology`).
+Rows of node n are `node_start[n]:node_start[n+1]`. Nodes with a link matrix annotation have
+their pairwise distances at `link_distance[link_offset[n]:]` (rows x rows, NaN where unnamed).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from extender.allocator.pools import Pool, gather_pools
 from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import ClusterState
 from extender.index.selecting import CachingEvaluator
+from extender.topology import NODE_LEVEL, TopologyModel
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +62,13 @@ class _NodeBlock:
     special: list[bool]
     tainted: list[bool]
     invalid: bool
+    coords: np.ndarray  # int32, one row of level coordinates per device
+    links: np.ndarray | None  # pairwise distances from the node's link annotation
 
 
-def _node_block(key: tuple[Any, ...], node: Obj, pools: list[Pool], features: Features) -> _NodeBlock:
+def _node_block(
+    key: tuple[Any, ...], node: Obj, pools: list[Pool], features: Features, topology: TopologyModel
+) -> _NodeBlock:
     devices: list[Device] = []
     special: list[bool] = []
     tainted: list[bool] = []
@@ -89,7 +97,9 @@ def _node_block(key: tuple[Any, ...], node: Obj, pools: list[Pool], features: Fe
                 tainted.append(
                     features.device_taints and any(t.effect in BLOCKING_EFFECTS for t in device.taints)
                 )
-    return _NodeBlock(key, pools, devices, special, tainted, any(p.invalid for p in pools))
+    coords = np.array([topology.coords(d) for d in devices], dtype=np.int32).reshape(len(devices), NODE_LEVEL)
+    links = topology.link_matrix(node, [d.name for d in devices]) if devices else None
+    return _NodeBlock(key, pools, devices, special, tainted, any(p.invalid for p in pools), coords, links)
 
 
 class DeviceIndex:
@@ -104,9 +114,11 @@ class DeviceIndex:
         slices: list[Slice],
         classes: dict[str, DeviceClassSpec],
         evaluator: CachingEvaluator,
+        topology: TopologyModel,
         previous_blocks: dict[str, _NodeBlock] | None = None,
     ) -> None:
         self.generation = generation
+        self.topology = topology
         self.features = features
         self.nodes = nodes
         self.node_names: list[str] = list(nodes)
@@ -135,11 +147,12 @@ class DeviceIndex:
             block = reuse.get(name)
             if block is None or block.key != key:
                 pools = gather_pools([*mine, *shared], node, features, all_slices_of_pool=self.by_pool)
-                block = _node_block(key, node, pools, features)
+                block = _node_block(key, node, pools, features, topology)
             self.blocks[name] = block
         self.pools: dict[str, list[Pool]] = {name: block.pools for name, block in self.blocks.items()}
         self._build_rows()
         self._masks: dict[tuple[str, tuple[str, ...]], SelectorMask] = {}
+        self._attribute_codes: dict[str, np.ndarray] = {}
         # id(raw ResourceSlice) -> parsed Slice; lets the next build skip unchanged slices.
         self.parsed_by_raw: dict[int, Slice] = {}
 
@@ -152,6 +165,22 @@ class DeviceIndex:
         self.row_special = np.fromiter((f for block in blocks for f in block.special), dtype=bool)
         self.row_tainted = np.fromiter((f for block in blocks for f in block.tainted), dtype=bool)
         self.node_has_invalid_pool = np.array([block.invalid for block in blocks], dtype=bool)
+        self.node_start = np.zeros(len(blocks) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=self.node_start[1:])
+        self.row_coords = (
+            np.concatenate([block.coords for block in blocks])
+            if blocks
+            else np.zeros((0, NODE_LEVEL), dtype=np.int32)
+        )
+        self.link_offset = np.full(len(blocks), -1, dtype=np.int64)
+        matrices: list[np.ndarray] = []
+        used = 0
+        for position, block in enumerate(blocks):
+            if block.links is not None:
+                self.link_offset[position] = used
+                matrices.append(block.links.ravel())
+                used += block.links.size
+        self.link_distance = np.concatenate(matrices) if matrices else np.zeros(0)
         rows_of: dict[DeviceID, list[int]] = {}
         for row, device in enumerate(self.row_device):
             rows_of.setdefault(device.id, []).append(row)
@@ -187,6 +216,39 @@ class DeviceIndex:
         self._masks[key] = result
         return result
 
+    def attribute_codes(self, name: str) -> np.ndarray:
+        """Per row, an interned code of the device's attribute `name` (cached per generation).
+
+        -1: the device lacks the attribute (or its type is unknown); -2: a list value, which the
+        topology kernels do not model (such pods keep upstream's search for their device choice).
+        Equal codes mean equal typed values, as matchAttribute/distinctAttribute compare them.
+        """
+        cached = self._attribute_codes.get(name)
+        if cached is not None:
+            return cached
+        from extender.allocator.constraints import lookup_attribute
+
+        codes = np.full(self.num_rows, -1, dtype=np.int32)
+        interned: dict[tuple[str, Any], int] = {}
+        by_device: dict[int, int] = {}
+        for row, device in enumerate(self.row_device):
+            code = by_device.get(id(device))
+            if code is None:
+                code = -1
+                value = lookup_attribute(device, name)
+                if value is not None:
+                    if any(value.get(k) is not None for k in ("ints", "bools", "strings", "versions")):
+                        code = -2
+                    else:
+                        for kind in ("int", "bool", "string", "version"):
+                            if value.get(kind) is not None:
+                                code = interned.setdefault((kind, value[kind]), len(interned))
+                                break
+                by_device[id(device)] = code
+            codes[row] = code
+        self._attribute_codes[name] = codes
+        return codes
+
     def _evaluate(
         self, class_exprs: tuple[str, ...], request_exprs: tuple[str, ...], device: Device
     ) -> tuple[bool, bool]:
@@ -207,6 +269,7 @@ def build_index(
     *,
     previous: DeviceIndex | None = None,
     evaluator: CachingEvaluator | None = None,
+    topology: TopologyModel | None = None,
 ) -> DeviceIndex:
     """Build a snapshot from the state, re-using parsed slices of `previous` that did not change."""
     reuse: dict[int, Slice] = {}
@@ -237,7 +300,14 @@ def build_index(
         slices=slices,
         classes=classes,
         evaluator=evaluator or (previous.evaluator if previous else CachingEvaluator(features)),
-        previous_blocks=previous.blocks if previous is not None and previous.features == features else None,
+        topology=topology or (previous.topology if previous else TopologyModel()),
+        previous_blocks=(
+            previous.blocks
+            if previous is not None
+            and previous.features == features
+            and (topology in (None, previous.topology))
+            else None
+        ),
     )
     index.parsed_by_raw = parsed_by_raw
     return index

@@ -157,22 +157,42 @@ def test_explain_prints_verdicts_and_devices() -> None:
 
 
 def test_prioritize_ranks_by_chosen_subrequest() -> None:
-    """Upstream DRA score: 8 - index of the chosen firstAvailable subrequest, scaled to 0..10."""
-    _, placement, _ = _services()
+    """Upstream's DRA preference (8 - index of the chosen firstAvailable subrequest) is a term of
+    the score; with the other weights at 0 the ranking is upstream's."""
+    from extender.topology import TopologySettings
+
+    state = ClusterState.from_objects(copy.deepcopy(sample_objects()))
+    only_preference = TopologySettings(locality_weight=0, fragmentation_weight=0, packing_weight=0)
+    placement = Placement(
+        state, features=Features.from_gates(), assumed=AssumeCache(), topology=only_preference
+    )
     nodes = ["h100-node-01", "l40s-node-01", "mi300x-node-01", "gaudi2-node-01", "cpu-node-01"]
-    scores = {s.host: s.score for s in placement.prioritize(_pod("flexible-accelerator"), nodes)}
-    # raw 8 (H100), 7 (L40S), 6 (MI300X), 5 (Gaudi2) scaled by 10/8; failing nodes get 0
+    pod = _pod("flexible-accelerator")
+    scores = {s.host: s.score for s in placement.prioritize(pod, nodes)}
+    preference = {n: s.preference for n, s in placement.evaluate(pod, nodes).scores.items()}
+    # raw 8 (H100), 7 (L40S), 6 (MI300X), 5 (Gaudi2) of at most 8; the failing CPU node gets 0
+    assert preference == {
+        "h100-node-01": 1.0,
+        "l40s-node-01": 7 / 8,
+        "mi300x-node-01": 6 / 8,
+        "gaudi2-node-01": 5 / 8,
+    }
     assert scores == {
         "h100-node-01": 10,
-        "l40s-node-01": 8,
-        "mi300x-node-01": 7,
-        "gaudi2-node-01": 6,
+        "l40s-node-01": 7,
+        "mi300x-node-01": 3,
+        "gaudi2-node-01": 0,
         "cpu-node-01": 0,
     }
 
 
-def test_prioritize_without_prioritized_list_is_flat() -> None:
-    """Pods without firstAvailable get 0 everywhere (until topology scoring lands)."""
+def test_prioritize_ranks_gpu_nic_pairs_by_topology() -> None:
+    """gpu-training (4 H100 + 1 RDMA NIC on one NUMA node): h100-node-02 has gpu-0/1 in use, so
+    the free GPUs there are fewer; both nodes pass and get a topology score with its terms."""
     _, placement, _ = _services()
-    scores = placement.prioritize(_pod("gpu-training"), ["h100-node-01", "h100-node-02"])
-    assert [s.score for s in scores] == [0, 0]
+    nodes = ["h100-node-01", "h100-node-02"]
+    pod = _pod("gpu-training")
+    scores = {s.host: s.score for s in placement.prioritize(pod, nodes)}
+    assert set(scores) == set(nodes) and max(scores.values()) == 10
+    for score in placement.evaluate(pod, nodes).scores.values():
+        assert 0.0 <= score.locality <= 1.0 and 0.0 <= score.fragmentation <= 1.0

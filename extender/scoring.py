@@ -1,0 +1,252 @@
+"""Topology scores of a pod's device choice on each feasible node (the /prioritize core).
+
+Feasibility is decided elsewhere (placement: vectorised Hall check or upstream's search); this
+module only chooses *which* feasible devices to take and how good that choice is. Two paths:
+
+- **kernel path**: the pod's requests are plain `ExactCount` requests (no admin access, capacity
+  requests or `firstAvailable`) whose constraints are scalar `matchAttribute`/
+  `distinctAttribute`. Then `kernels.topology.best_sets` searches the best valid set on all
+  nodes of the call at once (exact for small candidate sets, bounded beyond).
+- **first-fit path**: every other pod, and nodes where a selected device needs upstream's search
+  (shared counters, shared capacity, binding conditions, untolerated taints, CEL errors, list
+  attributes). Upstream's own allocation is scored with `kernels.topology.score_sets`, so those
+  nodes are still ranked by topology, just without a choice of devices.
+
+The kernel path never decides feasibility: a node it finds no set for (which would be a mismatch
+with upstream's rules) falls back to the first-fit path and is logged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
+from extender.allocator.taints import all_tolerated
+from extender.index.snapshot import DeviceIndex
+from extender.topology import TopologySettings
+from kernels import topology as kernels
+
+#: How a node's device set was found (shown by `explain`).
+EXACT, BOUNDED, FIRST_FIT = "exact", "bounded", "first-fit"
+#: The kernels model at most this many devices per pod.
+MAX_KERNEL_DEVICES = 64
+
+
+@dataclass(frozen=True, slots=True)
+class KernelPlan:
+    """Kernel inputs that depend on the pod and the index generation, not on the nodes."""
+
+    requests: tuple[tuple[int, RequestSpec], ...]  # (claim position, request) in kernel order
+    candidates: np.ndarray  # uint8 [R, rows]
+    counts: np.ndarray  # int64 [R]
+    claim_of: np.ndarray  # int64 [R]
+    constraint_kind: np.ndarray  # int64 [C]: 0 match, 1 distinct
+    constraint_members: np.ndarray  # uint8 [C, R]
+    constraint_values: np.ndarray  # int32 [C, rows]
+    awkward_nodes: np.ndarray  # bool [nodes]: the kernels' model is not exact there
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScore:
+    """The best device set found on one node and its score terms (each in [0, 1])."""
+
+    score: float
+    locality: float
+    fragmentation: float
+    packing: float
+    preference: float
+    method: str  # EXACT, BOUNDED or FIRST_FIT
+    rows: tuple[int, ...]  # index rows of the chosen devices
+
+
+def relevant_rows(specs: list[ClaimSpec], index: DeviceIndex) -> np.ndarray:
+    """Devices of the classes the pod asks for, free or not: what packing and fragmentation count."""
+    relevant = np.zeros(index.num_rows, dtype=bool)
+    for claim in specs:
+        for request in claim.requests:
+            for spec in (request.exactly, *request.first_available):
+                if spec is not None and spec.class_name in index.classes:
+                    relevant |= index.mask(spec.class_name, ()).match
+    return relevant
+
+
+def selected_rows(index: DeviceIndex, spec: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Rows a request selects (tolerations applied) and rows that need upstream's search."""
+    mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+    selected = mask.match.copy()
+    if index.row_tainted.any():
+        for row in np.flatnonzero(selected & index.row_tainted):
+            if not all_tolerated(index.row_device[row].taints, spec.tolerations):
+                selected[row] = False
+    awkward = (selected & index.row_special) | mask.error
+    return selected, awkward
+
+
+def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) -> KernelPlan | None:
+    """The kernel inputs for a pod, or None when the kernels cannot model its requests."""
+    requests: list[tuple[int, RequestSpec]] = []
+    for position, claim in enumerate(specs):
+        for request in claim.requests:
+            spec = request.exactly
+            if spec is None or request.first_available or spec.mode != EXACT_COUNT or spec.count <= 0:
+                return None
+            if spec.admin_access or spec.capacity is not None or spec.class_name not in index.classes:
+                return None
+            if any(s.expression is None for s in spec.selectors):
+                return None
+            requests.append((position, spec))
+    if not requests or sum(spec.count for _, spec in requests) > MAX_KERNEL_DEVICES:
+        return None
+    num_nodes = len(index.node_names)
+    awkward_rows = np.zeros(index.num_rows, dtype=bool)
+    candidates = np.zeros((len(requests), index.num_rows), dtype=np.uint8)
+    for r, (_, spec) in enumerate(requests):
+        selected, awkward = selected_rows(index, spec)
+        awkward_rows |= awkward
+        candidates[r] = selected & free & ~index.row_special
+    kinds: list[int] = []
+    members: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    for position, claim in enumerate(specs):
+        names = {spec.name: r for r, (p, spec) in enumerate(requests) if p == position}
+        for constraint in claim.constraints:
+            attribute = constraint.match_attribute or constraint.distinct_attribute
+            if attribute is None or any(name not in names for name in constraint.requests):
+                return None  # unknown constraint type or subrequest reference: upstream decides
+            member = np.zeros(len(requests), dtype=np.uint8)
+            for name, r in names.items():
+                if not constraint.requests or name in constraint.requests:
+                    member[r] = 1
+            codes = index.attribute_codes(attribute)
+            member_rows = candidates[member.astype(bool)].any(axis=0)
+            awkward_rows |= member_rows.astype(bool) & (codes == -2)
+            kinds.append(0 if constraint.match_attribute else 1)
+            members.append(member)
+            values.append(codes)
+    awkward_nodes = index.node_has_invalid_pool.copy()
+    if awkward_rows.any():
+        awkward_nodes |= np.bincount(index.row_node[awkward_rows], minlength=num_nodes) > 0
+    return KernelPlan(
+        requests=tuple(requests),
+        candidates=candidates,
+        counts=np.array([spec.count for _, spec in requests], dtype=np.int64),
+        claim_of=np.array([p for p, _ in requests], dtype=np.int64),
+        constraint_kind=np.array(kinds, dtype=np.int64),
+        constraint_members=(
+            np.array(members, dtype=np.uint8) if members else np.zeros((0, len(requests)), dtype=np.uint8)
+        ),
+        constraint_values=(
+            np.array(values, dtype=np.int32) if values else np.zeros((0, index.num_rows), dtype=np.int32)
+        ),
+        awkward_nodes=awkward_nodes,
+    )
+
+
+def combine(parts: np.ndarray, preference: np.ndarray, settings: TopologySettings) -> np.ndarray:
+    """The node's score in [0, 1] from (locality, fragmentation, packing) and preference.
+
+    With `spread`, fragmentation still steers which devices a node gives (inside the kernel), but
+    not which node wins: spreading onto empty nodes breaks whole groups by design, and counting
+    that against empty nodes would undo the policy.
+    """
+    fragmentation = settings.fragmentation_weight if settings.packing == "binpack" else 0.0
+    weights = np.array(
+        [settings.locality_weight, fragmentation, settings.packing_weight, settings.preference_weight]
+    )
+    total = weights.sum()
+    if total <= 0:
+        return np.zeros(len(parts))
+    return (parts @ weights[:3] + preference * weights[3]) / total
+
+
+def priorities(scores: np.ndarray) -> np.ndarray:
+    """0..10 per node: the call's best node gets 10, its worst 0, linear in between.
+
+    Stretching to the call's range keeps kube-scheduler's integer scale from merging nodes whose
+    device sets differ; the extender's `weight` in the scheduler configuration sets how much the
+    ranking counts against other plugins. Equal scores all get 10.
+    """
+    if len(scores) == 0:
+        return np.zeros(0, dtype=np.int64)
+    low, high = float(scores.min()), float(scores.max())
+    if high - low < 1e-9:
+        return np.full(len(scores), 10, dtype=np.int64)
+    return np.rint(10 * (scores - low) / (high - low)).astype(np.int64)
+
+
+def kernel_arguments(index: DeviceIndex, free: np.ndarray, relevant: np.ndarray, settings: TopologySettings):
+    """The node-independent topology arrays the kernels take, in their order."""
+    return (
+        index.row_coords,
+        free.astype(np.uint8),
+        relevant.astype(np.uint8),
+        np.asarray(settings.level_distance, dtype=np.float64),
+        index.link_offset,
+        index.link_distance,
+        settings.kernel_weights(),
+        settings.packing == "spread",
+    )
+
+
+def best_sets(
+    plan: KernelPlan,
+    index: DeviceIndex,
+    nodes: np.ndarray,
+    free: np.ndarray,
+    relevant: np.ndarray,
+    settings: TopologySettings,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Run the best-set kernel on node positions; returns (status, score, parts, chosen)."""
+    coords, free8, relevant8, distances, link_offset, link_distance, weights, spread = kernel_arguments(
+        index, free, relevant, settings
+    )
+    return kernels.best_sets(
+        index.node_start,
+        nodes.astype(np.int64),
+        plan.candidates,
+        plan.counts,
+        plan.claim_of,
+        coords,
+        free8,
+        relevant8,
+        plan.constraint_kind,
+        plan.constraint_members,
+        plan.constraint_values,
+        distances,
+        link_offset,
+        link_distance,
+        weights,
+        spread,
+        settings.max_work,
+    )
+
+
+def score_sets(
+    index: DeviceIndex,
+    nodes: np.ndarray,
+    sets: np.ndarray,
+    set_claim: np.ndarray,
+    free: np.ndarray,
+    relevant: np.ndarray,
+    settings: TopologySettings,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Score given device sets (rows, -1 padded) on node positions; returns (score, parts)."""
+    coords, free8, relevant8, distances, link_offset, link_distance, weights, spread = kernel_arguments(
+        index, free, relevant, settings
+    )
+    return kernels.score_sets(
+        index.node_start,
+        nodes.astype(np.int64),
+        sets.astype(np.int64),
+        set_claim.astype(np.int64),
+        coords,
+        free8,
+        relevant8,
+        distances,
+        link_offset,
+        link_distance,
+        weights,
+        spread,
+    )

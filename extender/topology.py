@@ -1,0 +1,233 @@
+"""The topology model: where each device sits, as coordinates per locality level.
+
+Levels, most local first (DESIGN.md "Topology model"): `nvlink` (one NVLink/NVSwitch domain,
+xGMI hive, ICI domain, RoCE scale-up domain, NeuronLink group, or one physical GPU for MIG
+slices), `pcie` (one PCIe root complex), `numa` (one NUMA node), `socket`; two devices on one
+node that share none of these are `node`-local. Which device attribute feeds which level is a
+setting per driver (`TopologySettings.drivers`); `DEFAULT_DRIVERS` covers NVIDIA, AMD, Intel
+Gaudi, TPU, Neuron and `dra.net` NICs, and `*` (every driver) reads the standard
+`resource.kubernetes.io/pcieRoot` and `resource.kubernetes.io/numaNode` attributes. For each
+level the first attribute a device has wins; a list-valued attribute uses its first element.
+
+Coordinates are interned integers (-1: unknown). They are only ever compared between devices of
+one node, so one intern table serves the whole cluster; it lives as long as the model, so ids stay
+stable across index generations and a node's cached rows can be re-used.
+
+A node may carry a link matrix in the annotation `LINK_ANNOTATION`: JSON
+`{"gpu-0": {"gpu-1": 900, ...}, ...}`, pairwise bandwidth (any unit, larger is closer) between
+device names. For the pairs it names it overrides the levels: the pair's distance is
+`d_min + (d_max - d_min) * (1 - bandwidth / max_bandwidth_on_node)`, so the node's best link is
+as close as one NVLink domain and a zero-bandwidth pair is as far as the node level.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from extender.allocator.constraints import lookup_attribute
+from extender.allocator.model import Device
+
+log = logging.getLogger(__name__)
+
+LEVELS: tuple[str, ...] = ("nvlink", "pcie", "numa", "socket")
+NODE_LEVEL = len(LEVELS)
+NO_COORD = -1
+LINK_ANNOTATION = "topology.dra-extender.io/link-bandwidth"
+PACKING_POLICIES: tuple[str, ...] = ("binpack", "spread")
+
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+NUMA_NODE = "resource.kubernetes.io/numaNode"
+
+#: driver -> level -> attribute names tried in order (qualified names; a driver's own attributes
+#: may be written bare in ResourceSlices, `lookup_attribute` resolves both forms).
+DEFAULT_DRIVERS: dict[str, dict[str, tuple[str, ...]]] = {
+    "*": {"pcie": (PCIE_ROOT,), "numa": (NUMA_NODE,)},
+    "gpu.nvidia.com": {
+        "nvlink": ("gpu.nvidia.com/nvlinkDomain", "gpu.nvidia.com/cliqueID", "gpu.nvidia.com/parentUUID"),
+        "pcie": (PCIE_ROOT,),
+        "numa": (NUMA_NODE, "gpu.nvidia.com/numa"),
+    },
+    "gpu.amd.com": {"nvlink": ("gpu.amd.com/xgmiHive",), "pcie": (PCIE_ROOT,), "numa": (NUMA_NODE,)},
+    "gaudi.intel.com": {
+        "nvlink": ("gaudi.intel.com/roceDomain",),
+        "pcie": (PCIE_ROOT,),
+        "numa": (NUMA_NODE,),
+    },
+    "tpu.google.com": {"nvlink": ("tpu.google.com/iciDomain",), "pcie": (PCIE_ROOT,), "numa": (NUMA_NODE,)},
+    "neuron.amazonaws.com": {
+        "nvlink": ("neuron.amazonaws.com/neuronLinkGroup",),
+        "pcie": (PCIE_ROOT,),
+        "numa": (NUMA_NODE,),
+    },
+    "dra.net": {"pcie": (PCIE_ROOT,), "numa": (NUMA_NODE, "dra.net/numaNode")},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySettings:
+    """How devices are placed in levels, and how candidate device sets are scored.
+
+    The score of a set is `(locality_weight * locality + fragmentation_weight * fragmentation +
+    packing_weight * packing + preference_weight * preference) / sum of the weights`, each term in
+    [0, 1] (docs/placement.md gives the formulas).
+    """
+
+    drivers: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=lambda: DEFAULT_DRIVERS)
+    level_distance: tuple[float, float, float, float, float] = (1.0, 2.0, 3.0, 4.0, 6.0)
+    locality_weight: float = 4.0
+    fragmentation_weight: float = 2.0
+    packing_weight: float = 1.0
+    preference_weight: float = 1.0
+    cross_claim_weight: float = 1.0
+    packing: str = "binpack"
+    max_work: int = 4096
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        distances = self.level_distance
+        if len(distances) != NODE_LEVEL + 1 or any(
+            b <= a for a, b in itertools.pairwise(distances)
+        ):
+            raise ValueError(
+                f"level_distance must be {NODE_LEVEL + 1} strictly increasing numbers, got {distances}"
+            )
+        weights = (
+            self.locality_weight,
+            self.fragmentation_weight,
+            self.packing_weight,
+            self.preference_weight,
+        )
+        if any(w < 0 or not math.isfinite(w) for w in (*weights, self.cross_claim_weight)):
+            raise ValueError("topology weights must be finite and >= 0")
+        if self.packing not in PACKING_POLICIES:
+            raise ValueError(
+                f"packing {self.packing!r} is not a policy; allowed: {', '.join(PACKING_POLICIES)}"
+            )
+        if self.max_work < 1:
+            raise ValueError("topology max_work must be >= 1")
+        for driver, levels in self.drivers.items():
+            unknown = set(levels) - set(LEVELS)
+            if unknown:
+                raise ValueError(
+                    f"topology driver {driver}: unknown level(s) {', '.join(sorted(unknown))}; "
+                    f"allowed: {', '.join(LEVELS)}"
+                )
+
+    def kernel_weights(self) -> np.ndarray:
+        """The kernels' weight vector: locality, fragmentation, packing, cross-claim pair weight."""
+        return np.array(
+            [self.locality_weight, self.fragmentation_weight, self.packing_weight, self.cross_claim_weight]
+        )
+
+
+def parse_drivers(raw: Any, where: str) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Driver level settings from a settings file: `{driver: {level: attr | [attrs]}}`.
+
+    The given drivers replace the defaults driver by driver; other defaults stay.
+    """
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: must map driver names to {{level: attribute(s)}}")
+    out = {driver: dict(levels) for driver, levels in DEFAULT_DRIVERS.items()}
+    for driver, levels in raw.items():
+        if not isinstance(levels, Mapping):
+            raise ValueError(f"{where}.{driver}: must map levels ({', '.join(LEVELS)}) to attribute names")
+        parsed: dict[str, tuple[str, ...]] = {}
+        for level, names in levels.items():
+            if level not in LEVELS:
+                raise ValueError(f"{where}.{driver}: unknown level {level!r}; allowed: {', '.join(LEVELS)}")
+            items = [names] if isinstance(names, str) else names
+            if not isinstance(items, list | tuple) or not all(isinstance(n, str) and n for n in items):
+                raise ValueError(f"{where}.{driver}.{level}: must be an attribute name or a list of them")
+            parsed[level] = tuple(n if "/" in n else f"{driver}/{n}" for n in items)
+        out[str(driver)] = parsed
+    return out
+
+
+class TopologyModel:
+    """Device coordinates and node link matrices under one TopologySettings."""
+
+    def __init__(self, settings: TopologySettings | None = None) -> None:
+        self.settings = settings or TopologySettings()
+        self._ids: dict[tuple[int, str], int] = {}
+        self._default = self.settings.drivers.get("*", {})
+
+    def coords(self, device: Device) -> tuple[int, int, int, int]:
+        """The device's coordinate per level (NO_COORD where the device says nothing)."""
+        levels = self.settings.drivers.get(device.id.driver, self._default)
+        out = [NO_COORD] * NODE_LEVEL
+        for position, level in enumerate(LEVELS):
+            for name in levels.get(level, ()):
+                value = _attribute_text(device, name)
+                if value is not None:
+                    out[position] = self._ids.setdefault((position, value), len(self._ids))
+                    break
+        return out[0], out[1], out[2], out[3]
+
+    def link_matrix(self, node: Mapping[str, Any], device_names: Sequence[str]) -> np.ndarray | None:
+        """Pairwise distances from the node's link annotation over its rows (NaN: not named).
+
+        None when the node has no (usable) annotation; a malformed one is logged and ignored, so a
+        typo in an annotation costs topology precision, never placement.
+        """
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        text = annotations.get(LINK_ANNOTATION)
+        if not text:
+            return None
+        try:
+            raw = orjson.loads(text)
+            pairs = _bandwidth_pairs(raw)
+        except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+            name = (node.get("metadata") or {}).get("name", "?")
+            log.warning("node %s: ignoring annotation %s: %s", name, LINK_ANNOTATION, exc)
+            return None
+        best = max(pairs.values(), default=0.0)
+        if best <= 0:
+            return None
+        d_min, d_max = self.settings.level_distance[0], self.settings.level_distance[-1]
+        size = len(device_names)
+        matrix = np.full((size, size), np.nan)
+        positions: dict[str, list[int]] = {}
+        for i, device_name in enumerate(device_names):
+            positions.setdefault(device_name, []).append(i)
+        for (a, b), bandwidth in pairs.items():
+            distance = d_min + (d_max - d_min) * (1.0 - min(bandwidth, best) / best)
+            for i in positions.get(a, ()):
+                for j in positions.get(b, ()):
+                    matrix[i, j] = matrix[j, i] = distance
+        return matrix
+
+
+def _bandwidth_pairs(raw: Any) -> dict[tuple[str, str], float]:
+    if not isinstance(raw, dict):
+        raise ValueError("must be a JSON object {device: {device: bandwidth}}")
+    pairs: dict[tuple[str, str], float] = {}
+    for a, row in raw.items():
+        if not isinstance(row, dict):
+            raise ValueError(f"entry {a!r} must be an object {{device: bandwidth}}")
+        for b, bandwidth in row.items():
+            if isinstance(bandwidth, bool) or not isinstance(bandwidth, int | float) or bandwidth < 0:
+                raise ValueError(f"bandwidth {a}-{b} must be a number >= 0")
+            pairs[(a, b)] = max(pairs.get((a, b), 0.0), float(bandwidth))
+    return pairs
+
+
+def _attribute_text(device: Device, name: str) -> str | None:
+    value = lookup_attribute(device, name)
+    if value is None:
+        return None
+    for kind in ("string", "int", "bool", "version"):
+        if value.get(kind) is not None:
+            return f"{kind}:{value[kind]}"
+    for kind in ("strings", "ints", "bools", "versions"):
+        items = value.get(kind)
+        if items:
+            return f"{kind[:-1]}:{items[0]}"
+    return None
