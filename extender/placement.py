@@ -34,7 +34,7 @@ from extender.claims import PodClaims, allocation_fits_node, claim_ref, collect_
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationAborted, AllocationError, NodeScopedError
 from extender.index.snapshot import DeviceIndex, build_index
-from extender.scoring import BOUNDED, EXACT, FIRST_FIT, KernelPlan, NodeScore
+from extender.scoring import BOUNDED, EXACT, FIRST_FIT, KernelPlan, ScoreBook
 from extender.topology import TopologyModel, TopologySettings
 from extender.verdicts import FilterVerdict, HostScore
 from kernels import topology as kernels
@@ -66,7 +66,7 @@ class PodEvaluation:
     error: str = ""  # the call must fail (e.g. the search timed out): scheduler retries
     verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
     allocations: dict[str, list[ClaimAllocation]] = field(default_factory=dict)  # first-fit, upstream's
-    scores: dict[str, NodeScore] = field(default_factory=dict)  # topology choice per passed node
+    scores: ScoreBook = field(default_factory=ScoreBook)  # topology choice per passed node
     plan: KernelPlan | None = None
     planned: bool = False  # `plan` was computed (None then means: not a kernel pod)
     relevant: np.ndarray | None = None
@@ -183,7 +183,7 @@ class Placement:
         passed = [name for name in node_names if evaluation.verdicts[name].status == PASSED]
         scores = self.scores(evaluation, passed)
         scored = [name for name in passed if name in scores]
-        values = scoring.priorities(np.array([scores[name].score for name in scored], dtype=np.float64))
+        values = scoring.priorities(scores.values(scored))
         by_node = dict(zip(scored, values.tolist(), strict=True))
         return [HostScore(name, by_node.get(name, 0)) for name in node_names]
 
@@ -382,7 +382,7 @@ class Placement:
         return self.allocations_on(evaluation, name)
 
     # ----------------------------------------------------------------- topology scores
-    def scores(self, evaluation: PodEvaluation, names: list[str]) -> dict[str, NodeScore]:
+    def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
         """Topology scores of the given passed nodes (computed once per evaluation and node)."""
         missing = [name for name in names if name not in evaluation.scores]
         if missing and evaluation.specs and not evaluation.error:
@@ -398,38 +398,50 @@ class Placement:
             evaluation.planned = True
         plan, relevant = evaluation.plan, evaluation.relevant
         assert relevant is not None
-        fallback: list[str] = []
-        kernel_nodes: list[str] = []
-        for name in names:
-            position = index.node_pos.get(name)
-            if plan is None or position is None or plan.awkward_nodes[position]:
-                fallback.append(name)
-            else:
-                kernel_nodes.append(name)
+        node_pos = index.node_pos
+        all_positions = np.fromiter(
+            (node_pos.get(name, -1) for name in names), dtype=np.int64, count=len(names)
+        )
+        usable = all_positions >= 0
+        if plan is not None:
+            usable &= ~plan.awkward_nodes[np.maximum(all_positions, 0)]
+        else:
+            usable[:] = False
+        kernel_nodes = [name for name, ok in zip(names, usable.tolist(), strict=True) if ok]
+        fallback = [name for name, ok in zip(names, usable.tolist(), strict=True) if not ok]
         if kernel_nodes and plan is not None:
-            positions = np.array([index.node_pos[name] for name in kernel_nodes], dtype=np.int64)
+            positions = all_positions[usable]
             started = time.perf_counter()
             status, _, parts, chosen = scoring.best_sets(
                 plan, index, positions, free, relevant, self.topology
             )
             self.kernel_seconds_total += time.perf_counter() - started
             self.kernel_calls_total += 1
-            final = scoring.combine(parts, np.ones(len(kernel_nodes)), self.topology)
-            for i, name in enumerate(kernel_nodes):
-                if status[i] in (kernels.STATUS_EXACT, kernels.STATUS_BOUNDED):
-                    evaluation.scores[name] = NodeScore(
-                        score=float(final[i]),
-                        locality=float(parts[i, 0]),
-                        fragmentation=float(parts[i, 1]),
-                        packing=float(parts[i, 2]),
-                        preference=1.0,
-                        method=EXACT if status[i] == kernels.STATUS_EXACT else BOUNDED,
-                        rows=tuple(int(r) for r in chosen[i] if r >= 0),
-                    )
-                    continue
-                if status[i] == kernels.STATUS_NONE:
-                    log.warning("node %s passed filter but the topology kernel found no device set", name)
-                fallback.append(name)
+            preference = np.ones(len(kernel_nodes))
+            final = scoring.combine(parts, preference, self.topology)
+            found = (status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)
+            exact = status == kernels.STATUS_EXACT
+            if found.all():
+                method = EXACT if exact.all() else np.where(exact, EXACT, BOUNDED)
+                evaluation.scores.add(kernel_nodes, final, parts, preference, chosen, method)
+            else:
+                keep = np.flatnonzero(found)
+                methods = np.where(status[keep] == kernels.STATUS_EXACT, EXACT, BOUNDED)
+                evaluation.scores.add(
+                    [kernel_nodes[i] for i in keep],
+                    final[keep],
+                    parts[keep],
+                    preference[keep],
+                    chosen[keep],
+                    methods,
+                )
+                for i in np.flatnonzero(~found):
+                    if status[i] == kernels.STATUS_NONE:
+                        log.warning(
+                            "node %s passed filter but the topology kernel found no device set",
+                            kernel_nodes[i],
+                        )
+                    fallback.append(kernel_nodes[i])
         if fallback:
             self._score_first_fit(evaluation, index, fallback, free, relevant)
 
@@ -473,16 +485,7 @@ class Placement:
             self.kernel_calls_total += 1
             preference = np.array([p for _, _, p in members])
             final = scoring.combine(parts, preference, self.topology)
-            for i, (name, rows, pref) in enumerate(members):
-                evaluation.scores[name] = NodeScore(
-                    score=float(final[i]),
-                    locality=float(parts[i, 0]),
-                    fragmentation=float(parts[i, 1]),
-                    packing=float(parts[i, 2]),
-                    preference=pref,
-                    method=FIRST_FIT,
-                    rows=tuple(rows),
-                )
+            evaluation.scores.add([name for name, _, _ in members], final, parts, preference, sets, FIRST_FIT)
 
     def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
         """The first-fit allocation on a node that passed (computed on demand for fast-path nodes)."""

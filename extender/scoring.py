@@ -61,6 +61,77 @@ class NodeScore:
     rows: tuple[int, ...]  # index rows of the chosen devices
 
 
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    score: np.ndarray  # float64 [M]
+    parts: np.ndarray  # float64 [M, 3]
+    preference: np.ndarray  # float64 [M]
+    chosen: np.ndarray  # int64 [M, K], -1 padded
+    method: str | np.ndarray  # one method for the batch, or per node
+
+
+class ScoreBook:
+    """The topology scores of one pod evaluation, per node, kept as the kernels' arrays.
+
+    Scoring thousands of nodes must not build thousands of Python objects on the prioritize
+    path: batches stay arrays, `values` gathers the final scores of many nodes at once, and
+    `get` builds a NodeScore only for the node somebody asks about (bind, explain).
+    """
+
+    def __init__(self) -> None:
+        self._where: dict[str, tuple[int, int]] = {}
+        self._batches: list[_Batch] = []
+
+    def add(
+        self,
+        names: list[str],
+        score: np.ndarray,
+        parts: np.ndarray,
+        preference: np.ndarray,
+        chosen: np.ndarray,
+        method: str | np.ndarray,
+    ) -> None:
+        """Record one kernel call's results for `names` (aligned with the arrays)."""
+        batch = len(self._batches)
+        self._batches.append(_Batch(score, parts, preference, chosen, method))
+        self._where.update(zip(names, ((batch, i) for i in range(len(names))), strict=True))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def values(self, names: list[str]) -> np.ndarray:
+        """The final scores of `names` (all must be scored)."""
+        where = [self._where[name] for name in names]
+        if len(self._batches) == 1:
+            return self._batches[0].score[np.array([i for _, i in where], dtype=np.int64)]
+        return np.array([self._batches[b].score[i] for b, i in where], dtype=np.float64)
+
+    def get(self, name: str) -> NodeScore | None:
+        """The node's score and chosen rows, or None if it was not scored."""
+        found = self._where.get(name)
+        if found is None:
+            return None
+        batch = self._batches[found[0]]
+        i = found[1]
+        method = batch.method if isinstance(batch.method, str) else str(batch.method[i])
+        return NodeScore(
+            score=float(batch.score[i]),
+            locality=float(batch.parts[i, 0]),
+            fragmentation=float(batch.parts[i, 1]),
+            packing=float(batch.parts[i, 2]),
+            preference=float(batch.preference[i]),
+            method=method,
+            rows=tuple(int(r) for r in batch.chosen[i] if r >= 0),
+        )
+
+    def items(self) -> list[tuple[str, NodeScore]]:
+        """Every scored node with its NodeScore (for explain and tests)."""
+        return [(name, score) for name in self._where if (score := self.get(name)) is not None]
+
+
 def relevant_rows(specs: list[ClaimSpec], index: DeviceIndex) -> np.ndarray:
     """Devices of the classes the pod asks for, free or not: what packing and fragmentation count."""
     relevant = np.zeros(index.num_rows, dtype=bool)

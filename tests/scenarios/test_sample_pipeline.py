@@ -194,5 +194,5 @@ def test_prioritize_ranks_gpu_nic_pairs_by_topology() -> None:
     pod = _pod("gpu-training")
     scores = {s.host: s.score for s in placement.prioritize(pod, nodes)}
     assert set(scores) == set(nodes) and max(scores.values()) == 10
-    for score in placement.evaluate(pod, nodes).scores.values():
+    for _, score in placement.evaluate(pod, nodes).scores.items():
         assert 0.0 <= score.locality <= 1.0 and 0.0 <= score.fragmentation <= 1.0
