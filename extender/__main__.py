@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any
-
-import orjson
 
 from extender import __version__
 from extender.errors import StateLoadError
@@ -22,35 +21,14 @@ from extender.settings import LOG_LEVELS, Settings, load_settings
 
 logger = logging.getLogger("extender")
 
-#: Exit code for bad settings, unreadable state and not-yet-implemented modes (argparse uses it too).
+#: Exit code for bad settings, unreadable state and unusable client configuration (argparse uses it too).
 EXIT_USAGE = 2
-KUBE_NOT_IMPLEMENTED = (
-    "--kube is not implemented yet; serve state files with --state (or the embedded sample)"
-)
-
-
-class _JsonFormatter(logging.Formatter):
-    """One JSON object per log line: time, level, logger, message (and the traceback, if any)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": self.formatTime(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
 
 
 def _setup_logging(settings: Settings) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if settings.log_json:
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
+    from extender import telemetry
+
+    telemetry.configure_logging(settings)  # stderr; JSON lines with --log-json
 
 
 def _fail(message: str) -> int:
@@ -65,10 +43,32 @@ def _run_serve(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     _setup_logging(settings)
     logger.info("effective settings: %s", " ".join(f"{k}={v}" for k, v in sorted(settings.as_dict().items())))
-    if settings.kube:
-        return _fail(KUBE_NOT_IMPLEMENTED)
+    from extender import telemetry
 
-    from aiohttp import web
+    try:  # before any app is built: make_app picks up the global provider installed here
+        telemetry.configure_tracing(settings, os.environ, set_global=True)
+    except ValueError as exc:
+        return _fail(str(exc))
+    from extender import tls
+
+    try:  # before the slow start-up work, so a bad certificate or key fails at once
+        ssl_context = tls.server_ssl_context(settings)
+    except ValueError as exc:
+        return _fail(str(exc))
+    if settings.kube:
+        from kubernetes.config import ConfigException
+
+        from extender import wiring
+        from extender.server import make_app
+
+        try:
+            placement, binder, source = wiring.build_kube_services(settings)
+        except ConfigException as exc:
+            return _fail(f"--kube: cannot load the Kubernetes client configuration: {exc}")
+        app = make_app(settings, placement=placement, binder=binder)
+        app.cleanup_ctx.append(source.app_context)  # list+watch on the app's loop; /readyz waits for it
+        _run_app(app, settings, ssl_context)
+        return 0
 
     from extender.cluster.loading import load_state_paths
     from extender.cluster.state import KINDS, ClusterState
@@ -90,9 +90,31 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     placement, binder = wiring.build_services(settings, state)
     app = make_app(settings, placement=placement, binder=binder)
-    logger.info("listening on http://%s:%d", settings.listen_host, settings.listen_port)
-    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None, access_log=None)
+    _run_app(app, settings, ssl_context)
     return 0
+
+
+def _run_app(app: Any, settings: Settings, ssl_context: ssl.SSLContext | None) -> None:
+    """Serve `app` until interrupted; HTTPS with certificate reloading when `ssl_context` is set."""
+    from aiohttp import web
+
+    from extender import tls
+
+    scheme = "http"
+    if ssl_context is not None:
+        # Rotated certificates (Secret updates) are loaded into this same context while serving.
+        app.cleanup_ctx.append(tls.reloading(tls.CertReloader.from_settings(ssl_context, settings)))
+        scheme = "https"
+    mtls = " (client certificates required)" if settings.client_ca_file is not None else ""
+    logger.info("listening on %s://%s:%d%s", scheme, settings.listen_host, settings.listen_port, mtls)
+    web.run_app(
+        app,
+        host=settings.listen_host,
+        port=settings.listen_port,
+        ssl_context=ssl_context,
+        print=None,
+        access_log=None,
+    )
 
 
 def _run_sample_cluster(args: argparse.Namespace) -> int:
@@ -118,7 +140,7 @@ def _add_serve(subparsers: Any) -> None:
         help="state file or directory (YAML/JSON, kubectl dumps); repeatable; default: the embedded sample",
     )
     parser.add_argument(
-        "--kube", action="store_true", default=None, help="watch a real cluster (not implemented yet)"
+        "--kube", action="store_true", default=None, help="list+watch a real cluster through the API server"
     )
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig for --kube")
     parser.add_argument("--config", metavar="PATH", help="YAML settings file")

@@ -280,10 +280,70 @@ class Placement:
                     evaluation.verdicts[name] = _short_verdict(
                         specs, requests, result.short_request[i], in_use=bool(result.fits_if_free[i])
                     )
-        else:
-            search.extend(known)
+        elif known:
+            search.extend(self._decide_by_kernel(evaluation, index, free, known))
         for name in search:
             evaluation.verdicts[name] = self._search_node(evaluation, index, name, allocated, deadline)
+
+    def _decide_by_kernel(
+        self, evaluation: PodEvaluation, index: DeviceIndex, free: np.ndarray, names: list[str]
+    ) -> list[str]:
+        """Decide constrained pods with the topology kernel where its search is exhaustive.
+
+        For pods the kernels model (see `scoring`), the kernel's search is upstream's: every
+        assignment of free candidate devices to the requests, under the same constraints. A set
+        found means the node passes (and its score is kept for prioritize); a completed search
+        without a set means it fails. Nodes the kernel cannot settle (work bound hit, devices that
+        need upstream's search) are returned for the exact search.
+        """
+        plan = self._plan(evaluation, index, free)
+        if plan is None:
+            return names
+        positions = np.fromiter((index.node_pos[n] for n in names), dtype=np.int64, count=len(names))
+        modelled = ~plan.awkward_nodes[positions]
+        search = [name for name, ok in zip(names, modelled.tolist(), strict=True) if not ok]
+        names = [name for name, ok in zip(names, modelled.tolist(), strict=True) if ok]
+        if not names:
+            return search
+        status = self._run_kernel(evaluation, index, free, plan, names, positions[modelled])
+        none = np.flatnonzero(status == kernels.STATUS_NONE)
+        for i in np.flatnonzero((status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)):
+            evaluation.verdicts[names[i]] = NodeVerdict(PASSED)
+        search.extend(names[i] for i in np.flatnonzero(status == kernels.STATUS_UNKNOWN))
+        if len(none):
+            search.extend(self._explain_kernel_failures(evaluation, index, [names[i] for i in none]))
+        return search
+
+    def _explain_kernel_failures(
+        self, evaluation: PodEvaluation, index: DeviceIndex, names: list[str]
+    ) -> list[str]:
+        """Verdicts for nodes where the kernel proved no set exists; returns nodes it cannot tell."""
+        specs = evaluation.specs
+        everything = np.ones(index.num_rows, dtype=bool)
+        plan = scoring.kernel_plan(specs, index, everything)
+        assert plan is not None  # the same pod is modelled whatever is free
+        positions = np.fromiter((index.node_pos[n] for n in names), dtype=np.int64, count=len(names))
+        relevant = evaluation.relevant if evaluation.relevant is not None else everything
+        status, _, _, _ = scoring.best_sets(plan, index, positions, everything, relevant, self.topology)
+        refs = ", ".join(s.ref for s in specs)
+        short = scoring.short_requests(specs, index, positions)
+        unsure: list[str] = []
+        for i, name in enumerate(names):
+            if status[i] in (kernels.STATUS_EXACT, kernels.STATUS_BOUNDED):
+                reason = f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use"
+                evaluation.verdicts[name] = NodeVerdict(FAILED, reason)
+            elif status[i] == kernels.STATUS_UNKNOWN:
+                unsure.append(name)
+            elif short[i]:
+                reason = f"{CANNOT_ALLOCATE}: {short[i]} do not exist on the node"
+                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, reason)
+            else:
+                evaluation.verdicts[name] = NodeVerdict(
+                    UNRESOLVABLE,
+                    f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
+                    "(constraints, shared counters or capacity)",
+                )
+        return unsure
 
     def _search_node(
         self,
@@ -389,14 +449,55 @@ class Placement:
             self._score_nodes(evaluation, missing)
         return evaluation.scores
 
-    def _score_nodes(self, evaluation: PodEvaluation, names: list[str]) -> None:
-        index = self.index()
-        _, free = self.allocated_state()
+    def _plan(self, evaluation: PodEvaluation, index: DeviceIndex, free: np.ndarray) -> KernelPlan | None:
+        """The pod's kernel inputs for this evaluation (None: the kernels do not model the pod)."""
         if not evaluation.planned:
             evaluation.plan = scoring.kernel_plan(evaluation.specs, index, free)
             evaluation.relevant = scoring.relevant_rows(evaluation.specs, index)
             evaluation.planned = True
-        plan, relevant = evaluation.plan, evaluation.relevant
+        return evaluation.plan
+
+    def _run_kernel(
+        self,
+        evaluation: PodEvaluation,
+        index: DeviceIndex,
+        free: np.ndarray,
+        plan: KernelPlan,
+        names: list[str],
+        positions: np.ndarray,
+    ) -> np.ndarray:
+        """Best sets on the nodes; found sets go into `evaluation.scores`. Returns the statuses."""
+        assert evaluation.relevant is not None
+        started = time.perf_counter()
+        status, _, parts, chosen = scoring.best_sets(
+            plan, index, positions, free, evaluation.relevant, self.topology
+        )
+        self.kernel_seconds_total += time.perf_counter() - started
+        self.kernel_calls_total += 1
+        preference = np.ones(len(names))
+        final = scoring.combine(parts, preference, self.topology)
+        exact = status == kernels.STATUS_EXACT
+        found = exact | (status == kernels.STATUS_BOUNDED)
+        if found.all():
+            method = EXACT if exact.all() else np.where(exact, EXACT, BOUNDED)
+            evaluation.scores.add(names, final, parts, preference, chosen, method)
+        elif found.any():
+            keep = np.flatnonzero(found)
+            evaluation.scores.add(
+                [names[i] for i in keep],
+                final[keep],
+                parts[keep],
+                preference[keep],
+                chosen[keep],
+                np.where(exact[keep], EXACT, BOUNDED),
+            )
+        return status
+
+    def _score_nodes(self, evaluation: PodEvaluation, names: list[str]) -> None:
+        index = self.index()
+        _, free = self.allocated_state()
+        plan = self._plan(evaluation, index, free)
+        relevant = evaluation.relevant
         assert relevant is not None
         node_pos = index.node_pos
         all_positions = np.fromiter(
@@ -410,38 +511,13 @@ class Placement:
         kernel_nodes = [name for name, ok in zip(names, usable.tolist(), strict=True) if ok]
         fallback = [name for name, ok in zip(names, usable.tolist(), strict=True) if not ok]
         if kernel_nodes and plan is not None:
-            positions = all_positions[usable]
-            started = time.perf_counter()
-            status, _, parts, chosen = scoring.best_sets(
-                plan, index, positions, free, relevant, self.topology
-            )
-            self.kernel_seconds_total += time.perf_counter() - started
-            self.kernel_calls_total += 1
-            preference = np.ones(len(kernel_nodes))
-            final = scoring.combine(parts, preference, self.topology)
-            found = (status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)
-            exact = status == kernels.STATUS_EXACT
-            if found.all():
-                method = EXACT if exact.all() else np.where(exact, EXACT, BOUNDED)
-                evaluation.scores.add(kernel_nodes, final, parts, preference, chosen, method)
-            else:
-                keep = np.flatnonzero(found)
-                methods = np.where(status[keep] == kernels.STATUS_EXACT, EXACT, BOUNDED)
-                evaluation.scores.add(
-                    [kernel_nodes[i] for i in keep],
-                    final[keep],
-                    parts[keep],
-                    preference[keep],
-                    chosen[keep],
-                    methods,
-                )
-                for i in np.flatnonzero(~found):
-                    if status[i] == kernels.STATUS_NONE:
-                        log.warning(
-                            "node %s passed filter but the topology kernel found no device set",
-                            kernel_nodes[i],
-                        )
-                    fallback.append(kernel_nodes[i])
+            status = self._run_kernel(evaluation, index, free, plan, kernel_nodes, all_positions[usable])
+            for i in np.flatnonzero((status != kernels.STATUS_EXACT) & (status != kernels.STATUS_BOUNDED)):
+                if status[i] == kernels.STATUS_NONE:
+                    log.warning(
+                        "node %s passed filter but the topology kernel found no device set", kernel_nodes[i]
+                    )
+                fallback.append(kernel_nodes[i])
         if fallback:
             self._score_first_fit(evaluation, index, fallback, free, relevant)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.taints import all_tolerated
 from extender.index.snapshot import DeviceIndex
@@ -159,6 +160,8 @@ def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) ->
     """The kernel inputs for a pod, or None when the kernels cannot model its requests."""
     requests: list[tuple[int, RequestSpec]] = []
     for position, claim in enumerate(specs):
+        if sum(r.exactly.count for r in claim.requests if r.exactly is not None) > MAX_DEVICES_PER_CLAIM:
+            return None  # upstream fails such a claim with its own error; its search reports it
         for request in claim.requests:
             spec = request.exactly
             if spec is None or request.first_available or spec.mode != EXACT_COUNT or spec.count <= 0:
@@ -213,6 +216,27 @@ def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) ->
         ),
         awkward_nodes=awkward_nodes,
     )
+
+
+def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:
+    """Per node position: the first exact request the node lacks devices for, even all free ("").
+
+    Vectorised over nodes (one count per request and node), for pods the kernels model.
+    """
+    num_nodes = len(index.node_names)
+    out = [""] * len(positions)
+    for claim in specs:
+        for request in claim.requests:
+            spec = request.exactly
+            if spec is None or spec.class_name not in index.classes:
+                continue
+            selected, _ = selected_rows(index, spec)
+            have = np.bincount(index.row_node[selected], minlength=num_nodes)[positions]
+            for i in np.flatnonzero(have < spec.count):
+                if not out[i]:
+                    what = f"{spec.count} device(s) of class {spec.class_name}"
+                    out[i] = f"claim {claim.ref}, request {spec.name}: {what}"
+    return out
 
 
 def combine(parts: np.ndarray, preference: np.ndarray, settings: TopologySettings) -> np.ndarray:

@@ -8,83 +8,101 @@ log and count them in `dra_extender_prioritize_errors_total`).
 
 Verbs are served at `/<verb>` and under any path prefix (`/scheduler/filter`), because the
 scheduler's `urlPrefix` may carry a path.
+
+Telemetry (collectors and helpers in `extender.telemetry`): one middleware wraps every verb
+call in a SERVER span named after the verb (parent from an incoming W3C `traceparent`), times
+it, counts it and writes one info log line with its key figures. Handlers fill a per-request
+`_Outcome` with those figures and open the `decode`/`encode` child spans; span attributes are
+built only when the span is recording, and with tracing off no span is created at all.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import prometheus_client
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
-from extender import wire
+from extender import telemetry, wire
 from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
 from extender.settings import Settings
-from extender.verdicts import BindService, FilterVerdict, PlacementService
+from extender.telemetry import DURATION_BUCKETS, Metrics
+from extender.verdicts import BindService, FilterVerdict, HostScore, PlacementService
+
+__all__ = ["DURATION_BUCKETS", "VERBS", "Metrics", "make_app"]
 
 logger = logging.getLogger(__name__)
 
-#: Latency buckets from 100 us to 10 s: the filter budget is milliseconds, the hard limit seconds.
-DURATION_BUCKETS: tuple[float, ...] = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
 VERBS: tuple[str, ...] = ("filter", "prioritize", "bind")
 NOT_READY = "cluster state not ready"
 _PREFIXED = "-prefixed"  # route-name suffix of the verb routes under a path prefix
 
 
 @dataclass(frozen=True, slots=True)
-class Metrics:
-    """The Prometheus collectors of the HTTP layer, all registered on one registry."""
+class Tracing:
+    """How an app traces: `tracer` None means tracing is off (no spans, no header parsing).
 
-    registry: CollectorRegistry
-    request_duration: Histogram
-    requests: Counter
-    prioritize_errors: Counter
-    filter_nodes: Counter
+    `provider` is flushed on cleanup, and shut down too when the app `owns` it (it was passed
+    to `make_app`); the global provider is only flushed, the SDK shuts it down at exit.
+    """
 
-    @classmethod
-    def create(cls, registry: CollectorRegistry) -> Metrics:
-        """Register the collectors on `registry` (once per registry)."""
-        return cls(
-            registry=registry,
-            request_duration=Histogram(
-                "dra_extender_request_duration_seconds",
-                "Time to answer one extender request, by verb.",
-                ["verb"],
-                buckets=DURATION_BUCKETS,
-                registry=registry,
-            ),
-            requests=Counter(
-                "dra_extender_requests",
-                "Extender requests by verb and HTTP status.",
-                ["verb", "code"],
-                registry=registry,
-            ),
-            prioritize_errors=Counter(
-                "dra_extender_prioritize_errors",
-                "Prioritize calls that failed (kube-scheduler ignores these silently).",
-                registry=registry,
-            ),
-            filter_nodes=Counter(
-                "dra_extender_filter_nodes",
-                "Nodes judged by filter, by result (passed, failed, unresolvable).",
-                ["result"],
-                registry=registry,
-            ),
-        )
+    tracer: trace.Tracer | None = None
+    provider: trace.TracerProvider | None = None
+    owns: bool = False
 
+
+@dataclass(slots=True)
+class _Outcome:
+    """Key figures of one verb call: filled by the handler, reported by the middleware."""
+
+    verb: str
+    pod: dict[str, Any] = field(default_factory=dict)
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    nodes_in: int = 0
+    nodes_out: int = 0
+    failed: int = 0  # filter: FailedNodes
+    unresolvable: int = 0  # filter: FailedAndUnresolvableNodes
+    scored: int = 0  # prioritize: nodes with a score above 0
+    node: str = ""  # bind: the chosen node
+    reason: str = ""  # bind: telemetry.BIND_REASONS; filter: telemetry.FILTER_ERROR_REASONS
+    error: str = ""
+
+    def set_pod(self, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        self.pod = pod
+        self.namespace = str(meta.get("namespace") or "default")
+        self.name = str(meta.get("name") or "?")
+        self.uid = str(meta.get("uid") or "")
+
+    @property
+    def pod_ref(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.name else "?"
+
+
+#: The outcome of the verb call running in this context; set by the middleware.
+_OUTCOME: contextvars.ContextVar[_Outcome | None] = contextvars.ContextVar(
+    "dra_extender_outcome", default=None
+)
 
 SETTINGS_KEY = web.AppKey("settings", Settings)
 PLACEMENT_KEY = web.AppKey("placement", PlacementService)
 BINDER_KEY = web.AppKey("binder", BindService)
 METRICS_KEY = web.AppKey("metrics", Metrics)
+TRACING_KEY = web.AppKey("tracing", Tracing)
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -92,6 +110,9 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 def _error(status: int, message: str) -> web.Response:
+    outcome = _OUTCOME.get()
+    if outcome is not None:
+        outcome.error = message
     return _json({"error": message}, status)
 
 
@@ -102,81 +123,122 @@ async def _read_body(request: web.Request) -> bytes:
     return await request.read()
 
 
-def _pod_ref(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}" if isinstance(meta, dict) else "?"
+def _outcome(verb: str) -> _Outcome:
+    """The current call's outcome (a throwaway one when a handler runs outside the middleware)."""
+    return _OUTCOME.get() or _Outcome(verb)
 
 
-def _log_request(verb: str, *, pod: str, nodes_in: int, nodes_out: int, started: float) -> None:
-    if logger.isEnabledFor(logging.DEBUG):
-        ms = (time.perf_counter() - started) * 1000
-        logger.debug(
-            "%s pod=%s nodes_in=%d nodes_out=%d duration_ms=%.3f", verb, pod, nodes_in, nodes_out, ms
-        )
+def _child(name: str) -> AbstractContextManager[Any]:
+    # Under a non-recording verb span (tracing off, or not sampled) a child would not record
+    # either: skip it without touching the tracer.
+    if not trace.get_current_span().is_recording():
+        return nullcontext()
+    return telemetry.span(name)
 
 
 async def handle_filter(request: web.Request) -> web.Response:
     """POST filter: which of the given nodes can hold the pod's claims."""
-    started = time.perf_counter()
-    pod, node_names, node_items = wire.decode_extender_args(await _read_body(request))
+    outcome = _outcome("filter")
+    body = await _read_body(request)
+    with _child(telemetry.SPAN_DECODE):
+        pod, node_names, node_items = wire.decode_extender_args(body)
+    outcome.set_pod(pod)
+    outcome.nodes_in = len(node_names)
     placement = request.app[PLACEMENT_KEY]
     try:
         if not placement.ready():
             raise IndexNotReady("the device inventory is not loaded or synced yet")
         verdict = placement.filter(pod, node_names)
     except IndexNotReady as exc:
+        outcome.reason = "not_ready"
         verdict = FilterVerdict(error=f"{NOT_READY}: {exc}")
     except ExtenderError as exc:
-        logger.warning("filter pod=%s failed: %s", _pod_ref(pod), exc)
+        logger.warning("filter pod=%s failed: %s", outcome.pod_ref, exc)
         verdict = FilterVerdict(error=str(exc))
     except Exception as exc:
-        logger.exception("filter pod=%s: unexpected error", _pod_ref(pod))
+        logger.exception("filter pod=%s: unexpected error", outcome.pod_ref)
         verdict = FilterVerdict(error=f"internal error in filter: {type(exc).__name__}: {exc}")
-    nodes = request.app[METRICS_KEY].filter_nodes
-    nodes.labels("passed").inc(len(verdict.passed))
-    nodes.labels("failed").inc(len(verdict.failed))
-    nodes.labels("unresolvable").inc(len(verdict.unresolvable))
-    _log_request(
-        "filter", pod=_pod_ref(pod), nodes_in=len(node_names), nodes_out=len(verdict.passed), started=started
-    )
-    return web.Response(body=wire.encode_filter_result(verdict, node_items), content_type="application/json")
+    _account_filter(request.app[METRICS_KEY], outcome, verdict)
+    with _child(telemetry.SPAN_ENCODE):
+        answer = wire.encode_filter_result(verdict, node_items)
+    return web.Response(body=answer, content_type="application/json")
+
+
+def _account_filter(metrics: Metrics, outcome: _Outcome, verdict: FilterVerdict) -> None:
+    outcome.nodes_out = len(verdict.passed)
+    outcome.failed = len(verdict.failed)
+    outcome.unresolvable = len(verdict.unresolvable)
+    metrics.filter_nodes.labels("passed").inc(outcome.nodes_out)
+    metrics.filter_nodes.labels("failed").inc(outcome.failed)
+    metrics.filter_nodes.labels("unresolvable").inc(outcome.unresolvable)
+    if verdict.error:
+        outcome.error = verdict.error
+        outcome.reason = outcome.reason or "error"
+        metrics.filter_errors.labels(outcome.reason).inc()
+    if logger.isEnabledFor(logging.DEBUG):  # per-node detail (DESIGN: explain every no)
+        for result, reasons in (("failed", verdict.failed), ("unresolvable", verdict.unresolvable)):
+            for node, reason in reasons.items():
+                extra = {"verb": "filter", "pod": outcome.pod_ref, "node": node, "result": result}
+                extra["reason"] = reason
+                logger.debug("filter %s: node %s %s: %s", outcome.pod_ref, node, result, reason, extra=extra)
 
 
 async def handle_prioritize(request: web.Request) -> web.Response:
     """POST prioritize: a 0..10 score per node."""
-    started = time.perf_counter()
-    pod, node_names, _ = wire.decode_extender_args(await _read_body(request))
+    outcome = _outcome("prioritize")
+    body = await _read_body(request)
+    with _child(telemetry.SPAN_DECODE):
+        pod, node_names, _ = wire.decode_extender_args(body)
+    outcome.set_pod(pod)
+    outcome.nodes_in = len(node_names)
     placement = request.app[PLACEMENT_KEY]
     if not placement.ready():
-        logger.warning("prioritize pod=%s: %s", _pod_ref(pod), NOT_READY)
+        logger.warning("prioritize pod=%s: %s", outcome.pod_ref, NOT_READY)
         return _error(503, f"{NOT_READY}: the device inventory is not loaded or synced yet")
     try:
         scores = placement.prioritize(pod, node_names)
     except Exception as exc:
-        logger.exception("prioritize pod=%s: failed", _pod_ref(pod))
+        logger.exception("prioritize pod=%s: failed", outcome.pod_ref)
         return _error(500, f"prioritize failed: {type(exc).__name__}: {exc}")
-    _log_request(
-        "prioritize", pod=_pod_ref(pod), nodes_in=len(node_names), nodes_out=len(scores), started=started
-    )
-    return web.Response(body=wire.encode_host_priorities(scores), content_type="application/json")
+    _account_prioritize(request.app[METRICS_KEY], outcome, scores)
+    with _child(telemetry.SPAN_ENCODE):
+        answer = wire.encode_host_priorities(scores)
+    return web.Response(body=answer, content_type="application/json")
+
+
+def _account_prioritize(metrics: Metrics, outcome: _Outcome, scores: list[HostScore]) -> None:
+    outcome.nodes_out = len(scores)
+    outcome.scored = sum(1 for s in scores if s.score > 0)
+    metrics.prioritize_nodes.labels("scored").inc(outcome.scored)
+    metrics.prioritize_nodes.labels("zero").inc(outcome.nodes_out - outcome.scored)
+    if logger.isEnabledFor(logging.DEBUG):
+        for s in scores:
+            extra = {"verb": "prioritize", "pod": outcome.pod_ref, "node": s.host, "score": s.score}
+            logger.debug("prioritize %s: node %s score %d", outcome.pod_ref, s.host, s.score, extra=extra)
 
 
 async def handle_bind(request: web.Request) -> web.Response:
     """POST bind: allocate the pod's pending claims on the chosen node and bind it."""
-    started = time.perf_counter()
-    args = wire.decode_binding_args(await _read_body(request))
-    pod = f"{args['PodNamespace']}/{args['PodName']}"
+    outcome = _outcome("bind")
+    body = await _read_body(request)
+    with _child(telemetry.SPAN_DECODE):
+        args = wire.decode_binding_args(body)
+    outcome.namespace, outcome.name, outcome.uid = args["PodNamespace"], args["PodName"], args["PodUID"]
+    outcome.node, outcome.nodes_in = args["Node"], 1
     try:
         error = await request.app[BINDER_KEY].bind(
             namespace=args["PodNamespace"], name=args["PodName"], uid=args["PodUID"], node=args["Node"]
         )
+        outcome.reason = telemetry.bind_reason(error)
     except Exception as exc:
-        logger.exception("bind pod=%s node=%s: unexpected error", pod, args["Node"])
+        logger.exception("bind pod=%s node=%s: unexpected error", outcome.pod_ref, args["Node"])
+        outcome.reason = telemetry.bind_reason(exc)
         error = f"internal error in bind: {type(exc).__name__}: {exc}"
-    if error:
-        logger.info("bind pod=%s node=%s failed: %s", pod, args["Node"], error)
-    _log_request("bind", pod=pod, nodes_in=1, nodes_out=0 if error else 1, started=started)
-    return web.Response(body=wire.encode_binding_result(error), content_type="application/json")
+    request.app[METRICS_KEY].bind_outcomes.labels(outcome.reason).inc()
+    outcome.error, outcome.nodes_out = str(error), 0 if error else 1
+    with _child(telemetry.SPAN_ENCODE):
+        answer = wire.encode_binding_result(str(error))
+    return web.Response(body=answer, content_type="application/json")
 
 
 async def handle_healthz(request: web.Request) -> web.Response:
@@ -202,35 +264,149 @@ async def handle_metrics(request: web.Request) -> web.Response:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def _errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map our errors to JSON responses and record per-verb duration, status and failures."""
-    route = (request.match_info.route.name or "").removesuffix(_PREFIXED)
-    verb = route if route in VERBS else None
-    started = time.perf_counter()
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Run the handler and map our errors to JSON responses."""
     try:
-        response = await handler(request)
+        return await handler(request)
     except InvalidRequest as exc:
-        response = _error(400, str(exc))
+        return _error(400, str(exc))
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SETTINGS_KEY].max_body_bytes
-        response = _error(413, f"request body larger than the limit of {limit} bytes (max_body_bytes)")
+        return _error(413, f"request body larger than the limit of {limit} bytes (max_body_bytes)")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        response = _error(exc.status, exc.reason)
+        return _error(exc.status, exc.reason)
     except Exception as exc:  # a bug in a handler: answer, log, keep serving
         logger.exception("%s %s: unhandled error", request.method, request.path)
-        response = _error(500, f"internal error: {type(exc).__name__}: {exc}")
-    if verb is not None:
-        metrics = request.app[METRICS_KEY]
-        metrics.request_duration.labels(verb).observe(time.perf_counter() - started)
-        metrics.requests.labels(verb, str(response.status)).inc()
-        if verb == "prioritize" and response.status != 200:
-            metrics.prioritize_errors.inc()
-            if response.status < 500:
-                logger.warning("prioritize rejected with HTTP %d", response.status)
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _verb_span(tracing: Tracing, request: web.Request, verb: str) -> AbstractContextManager[trace.Span]:
+    if tracing.tracer is None:
+        return nullcontext(trace.INVALID_SPAN)
+    # The propagator API (W3C tracecontext + baggage unless OTEL_PROPAGATORS says otherwise).
+    parent = propagate.extract(request.headers)
+    return tracing.tracer.start_as_current_span(verb, context=parent, kind=SpanKind.SERVER)
+
+
+@web.middleware
+async def _errors_and_telemetry(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map our errors to JSON responses; around verbs also span, time, count and log the call."""
+    route = (request.match_info.route.name or "").removesuffix(_PREFIXED)
+    if route not in VERBS:
+        return await _answer(request, handler)
+    tracing = request.app[TRACING_KEY]
+    outcome = _Outcome(route)
+    outcome_token = _OUTCOME.set(outcome)
+    tracer_token = telemetry.use_tracer(tracing.tracer) if tracing.tracer is not None else None
+    started = time.perf_counter()
+    try:
+        with _verb_span(tracing, request, route) as span:
+            response = await _answer(request, handler)
+            duration = time.perf_counter() - started
+            _count(request.app[METRICS_KEY], route, response.status, duration)
+            if span.is_recording():
+                _annotate(span, request, outcome, response.status)
+            _log_call(outcome, response.status, duration)
+    finally:
+        if tracer_token is not None:
+            telemetry.reset_tracer(tracer_token)
+        _OUTCOME.reset(outcome_token)
     return response
+
+
+def _count(metrics: Metrics, verb: str, status: int, duration: float) -> None:
+    metrics.request_duration.labels(verb).observe(duration)
+    metrics.requests.labels(verb, str(status)).inc()
+    if verb == "prioritize" and status != 200:
+        metrics.prioritize_errors.inc()
+        if status < 500:
+            logger.warning("prioritize rejected with HTTP %d", status)
+
+
+def _annotate(span: trace.Span, request: web.Request, outcome: _Outcome, status: int) -> None:
+    """Span attributes and status; called only for a recording span (the dict costs time)."""
+    attributes: dict[str, Any] = {
+        "http.request.method": request.method,
+        "url.path": request.path,
+        "http.response.status_code": status,
+        telemetry.ATTR_NODES_IN: outcome.nodes_in,
+        telemetry.ATTR_NODES_OUT: outcome.nodes_out,
+    }
+    if outcome.name:
+        attributes.update({telemetry.ATTR_NAMESPACE: outcome.namespace, telemetry.ATTR_POD: outcome.name})
+    if outcome.uid:
+        attributes[telemetry.ATTR_POD_UID] = outcome.uid
+    spec = outcome.pod.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("resourceClaims"), list):
+        names = [c.get("name") for c in spec["resourceClaims"] if isinstance(c, dict)]
+        attributes[telemetry.ATTR_CLAIMS] = [str(n) for n in names if n]
+    if outcome.verb == "filter":
+        attributes[telemetry.ATTR_NODES_FAILED] = outcome.failed
+        attributes[telemetry.ATTR_NODES_UNRESOLVABLE] = outcome.unresolvable
+    if outcome.verb == "bind":
+        attributes[telemetry.ATTR_NODE] = outcome.node
+        attributes[telemetry.ATTR_BIND_REASON] = outcome.reason
+    generation = _index_generation(request.app[PLACEMENT_KEY])
+    if generation is not None:
+        attributes[telemetry.ATTR_INDEX_GENERATION] = generation
+    if outcome.error:
+        attributes[telemetry.ATTR_ERROR] = outcome.error
+    span.set_attributes(attributes)
+    # A SERVER span is an error for 5xx, or when the answer carries an Error (filter, bind);
+    # 4xx is the client's fault (OTel HTTP conventions).
+    if (outcome.error and status < 400) or status >= 500:
+        span.set_status(Status(StatusCode.ERROR, outcome.error or f"HTTP {status}"))
+
+
+def _index_generation(placement: object) -> int | None:
+    """The device index generation, if the service tells (`generation()` -> int or (devices, ...))."""
+    method = getattr(placement, "generation", None)
+    if not callable(method):
+        return None
+    try:
+        value = method()
+    except Exception:
+        return None
+    value = value[0] if isinstance(value, tuple) and value else value
+    return value if isinstance(value, int) else None
+
+
+def _log_call(outcome: _Outcome, status: int, duration: float) -> None:
+    """One info line per verb call with its key figures (the trace id is added by the formatter).
+
+    The message is `<verb> key=value ...` for people and plain-text logs; the same figures go in
+    `extra=` for the JSON formatter.
+    """
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    fields: dict[str, Any] = {
+        "pod": outcome.pod_ref,
+        "nodes_in": outcome.nodes_in,
+        "nodes_out": outcome.nodes_out,
+        "duration_ms": round(duration * 1000, 3),
+    }
+    if outcome.verb == "filter":
+        fields.update(passed=outcome.nodes_out, failed=outcome.failed, unresolvable=outcome.unresolvable)
+    elif outcome.verb == "prioritize":
+        fields["scored"] = outcome.scored
+    else:
+        fields.update(node=outcome.node, reason=outcome.reason)
+    fields["code"] = status
+    if outcome.error:
+        fields["error"] = outcome.error
+    text = " ".join([outcome.verb, *(f"{k}={telemetry.logfmt(v)}" for k, v in fields.items())])
+    logger.info("%s", text, extra={"verb": outcome.verb, **fields})
+
+
+def _tracing_for(provider: trace.TracerProvider | None) -> Tracing:
+    if provider is not None:
+        return Tracing(provider.get_tracer(telemetry.TRACER_NAME), provider, owns=True)
+    installed = trace.get_tracer_provider()
+    if isinstance(installed, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return Tracing()  # nothing installed: tracing off, zero per-request work
+    return Tracing(installed.get_tracer(telemetry.TRACER_NAME), installed, owns=False)
 
 
 def make_app(
@@ -239,15 +415,21 @@ def make_app(
     placement: PlacementService,
     binder: BindService,
     registry: CollectorRegistry | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
 ) -> web.Application:
     """Build the extender's aiohttp application; the only place where the HTTP side is wired.
 
     Args:
         settings: the effective settings (body limit).
-        placement: answers filter and prioritize, and says whether the state is ready.
+        placement: answers filter and prioritize, and says whether the state is ready; its
+            state (index size, CEL counters, ...) is exported by a scrape-time collector.
         binder: answers bind.
         registry: where to register the metrics; None creates a private registry that also
             carries the process and platform collectors.
+        tracer_provider: spans of this app go here, and the app shuts the provider down on
+            cleanup. None uses the global provider if one is installed when the app is built
+            (`telemetry.configure_tracing(..., set_global=True)`; flushed on cleanup) and
+            otherwise traces nothing.
 
     Returns:
         The application, ready for `web.run_app` or a test client.
@@ -256,11 +438,13 @@ def make_app(
         registry = CollectorRegistry()
         prometheus_client.ProcessCollector(registry=registry)
         prometheus_client.PlatformCollector(registry=registry)
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors_and_metrics])
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors_and_telemetry])
     app[SETTINGS_KEY] = settings
     app[PLACEMENT_KEY] = placement
     app[BINDER_KEY] = binder
-    app[METRICS_KEY] = Metrics.create(registry)
+    app[METRICS_KEY] = Metrics.create(registry, placement=placement)
+    app[TRACING_KEY] = _tracing_for(tracer_provider)
+    app.cleanup_ctx.append(_flush_spans)
     handlers = {"filter": handle_filter, "prioritize": handle_prioritize, "bind": handle_bind}
     for verb, handler in handlers.items():
         app.router.add_post(f"/{verb}", handler, name=verb)
@@ -269,3 +453,12 @@ def make_app(
     app.router.add_get("/readyz", handle_readyz, name="readyz")
     app.router.add_get("/metrics", handle_metrics, name="metrics")
     return app
+
+
+async def _flush_spans(app: web.Application) -> AsyncIterator[None]:
+    """On cleanup, export the spans still queued (in a thread: the exporter blocks on I/O)."""
+    yield
+    tracing = app[TRACING_KEY]
+    finish = getattr(tracing.provider, "shutdown" if tracing.owns else "force_flush", None)
+    if tracing.tracer is not None and callable(finish):
+        await asyncio.to_thread(finish)

@@ -23,7 +23,10 @@ class CachingEvaluator:
 
     def __init__(self, features: Features) -> None:
         self._features = features
-        self.evaluations = 0  # CEL programs actually run (cache misses), for metrics
+        # Counters for metrics (read at scrape time by extender.telemetry); a race between
+        # threads can lose an increment, which is harmless for monitoring.
+        self.evaluations = 0  # CEL programs actually run (cache misses), including failed runs
+        self.hits = 0  # results (or cached runtime errors) served from a device's cache
 
     def device_input(self, device: Device) -> object:
         """The CEL `device` variable for a device, built once; raises CelRuntimeError if unusable."""
@@ -47,15 +50,16 @@ class CachingEvaluator:
         """Evaluate one selector against one device (cached)."""
         cached = device.selector_results.get(expression)
         if cached is not None:
+            self.hits += 1
             if isinstance(cached, CelRuntimeError):
                 raise cached
             return bool(cached)
         compiled = cel.compile_selector(expression)
+        self.evaluations += 1
         try:
             result = compiled.evaluate(self.device_input(device))
         except CelRuntimeError as exc:
             device.selector_results[expression] = exc
             raise
-        self.evaluations += 1
         device.selector_results[expression] = result
         return result

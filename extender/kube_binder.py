@@ -1,0 +1,586 @@
+"""Bind in kube mode: allocate the pod's pending claims through the API server, then bind it.
+
+One rule serves both scheduler profiles (extender-protocol.md §3.3, §7.3):
+- claims the in-tree DynamicResources plugin already allocated in PreBind (default profile)
+  are left as they are; the pod only gets its Binding;
+- pending claims (allocator profile) get what the in-tree PreBind would write: the
+  `resource.kubernetes.io/delete-protection` finalizer (an update of the claim), then
+  `status.allocation` and a `status.reservedFor` entry for the pod (an update of the status),
+  each with the claim's resourceVersion as precondition; then the Binding is created;
+- an already allocated claim shared with other pods gets only the `reservedFor` entry (the
+  kubelet runs a pod only if every claim is reserved for it).
+
+Why binds cannot hand out one device twice, step by step:
+1. bind A and bind B run concurrently (kube-scheduler binds each pod in its own goroutine);
+2. A takes `_choose_lock`, evaluates the pod against the cluster state and the assumed
+   allocations, picks devices and records them in the AssumeCache before releasing the lock;
+3. B then takes the lock; its evaluation key includes the AssumeCache version, so it is
+   recomputed and sees A's devices as taken: it picks others or fails with no_fit;
+4. A's and B's API writes run outside the lock, in parallel;
+5. the assumed entries stay until the watch shows the written claims (then the written
+   allocation counts, and `collect_allocated` skips an assumed entry whose claim shows an
+   allocation, so nothing counts twice) or until they expire. A failed bind forgets them.
+Across replicas, leader election keeps a single binder, and a claim written by someone else
+meanwhile is caught by the resourceVersion precondition (409): we re-read, and give up
+cleanly if it was allocated elsewhere or deleted.
+
+A failure after some writes undoes them before answering: our `reservedFor` entry is removed,
+our allocation too if no other consumer remains, and the finalizer we added if the claim is
+unallocated again (the finalizer of a claim someone else allocated protects their allocation,
+so it stays). Nothing of another writer is ever removed. The whole write-and-undo sequence is
+shielded from cancellation of the HTTP handler, so a dropped connection cannot stop it midway.
+
+The kubernetes client is synchronous: every call runs on this binder's thread pool. Bodies go
+through the client's models (which drop fields the client does not know); responses are read
+as raw JSON so nothing is lost or reformatted on the way in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import orjson
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from extender.binder import DELETE_PROTECTION_FINALIZER
+from extender.claims import RESERVED_FOR_MAX, allocation_fits_node, claim_ref, resolve_pod_claims
+from extender.cluster.state import ClusterState
+from extender.placement import PASSED, Placement
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+
+# Outcome reasons, for metrics (one label value each).
+OK = "ok"
+NOT_LEADER = "not_leader"
+CONFLICT = "conflict"  # 409s beyond the retry budget, claim being allocated by a parallel bind
+CLAIM_GONE = "claim_gone"  # claim deleted, being deleted, or (generated claim) not created yet
+ALLOCATED_ELSEWHERE = "allocated_elsewhere"
+NO_FIT = "no_fit"  # the pod's claims cannot be allocated on the node (any more)
+POD_GONE = "pod_gone"  # the pod does not exist, or not with this UID
+API_ERROR = "api_error"  # any other API or transport failure
+BIND_REASONS: tuple[str, ...] = (
+    OK,
+    NOT_LEADER,
+    CONFLICT,
+    CLAIM_GONE,
+    ALLOCATED_ELSEWHERE,
+    NO_FIT,
+    POD_GONE,
+    API_ERROR,
+)
+
+#: Writes of one claim are retried after a 409 this many times in all (re-reading in between).
+MAX_WRITE_ATTEMPTS = 5
+#: Seconds before one API call is abandoned (connect, read).
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class LeaderView(Protocol):
+    """What the binder needs from the leader elector."""
+
+    identity: str
+
+    @property
+    def lease_ref(self) -> str: ...
+
+    def is_leader(self) -> bool: ...
+
+    def holder(self) -> str: ...
+
+
+class BindFailure(Exception):
+    """A bind that must be answered with an error; `reason` is one of BIND_REASONS."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class _ClaimWrite:
+    """One claim this bind writes, and what it has written so far (for the undo).
+
+    `allocation` None means: only add the pod to `reservedFor` (the claim is allocated).
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    allocation: Obj | None
+    current: Obj | None  # last version seen (state or server); None: read before writing
+    finalizer_added: bool = False
+    status_attempted: bool = False
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class KubeBinder:
+    """BindService for kube mode (see the module docstring)."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        state: ClusterState,
+        placement: Placement,
+        *,
+        elector: LeaderView | None = None,
+        max_attempts: int = MAX_WRITE_ATTEMPTS,
+        request_timeout: float = REQUEST_TIMEOUT_SECONDS,
+        max_workers: int = 8,
+    ) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._resource = client.ResourceV1Api(api_client)
+        self._state = state
+        self._placement = placement
+        self._elector = elector
+        self._max_attempts = max_attempts
+        self._timeout = request_timeout
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube-bind")
+        # Guards choose-devices-and-assume only (see the module docstring); never held across I/O.
+        self._choose_lock = asyncio.Lock()
+        # claim uid -> (namespace, name) of claims we wrote whose assumed entry waits for the
+        # watch. Written and read on the event loop by binds only.
+        self._written: dict[str, tuple[str, str]] = {}
+
+    def close(self) -> None:
+        """Stop the thread pool (binds still running finish their current call)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ BindService
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+        """Bind the pod to `node`; '' on success, else the error for kube-scheduler."""
+        error, _ = await self.bind_with_reason(namespace=namespace, name=name, uid=uid, node=node)
+        return error
+
+    async def bind_with_reason(self, *, namespace: str, name: str, uid: str, node: str) -> tuple[str, str]:
+        """Like `bind`, plus the outcome reason (one of BIND_REASONS) for metrics."""
+        if self._elector is not None and not self._elector.is_leader():
+            holder = self._elector.holder() or "nobody"
+            return (
+                f"not the leader: this replica ({self._elector.identity}) does not bind; "
+                f"the Lease {self._elector.lease_ref} is held by {holder}",
+                NOT_LEADER,
+            )
+        task = asyncio.ensure_future(self._bind(namespace=namespace, name=name, uid=uid, node=node))
+        try:
+            # Shielded: a cancelled handler must not interrupt writes or their undo.
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(functools.partial(_log_orphan, f"{namespace}/{name}", node))
+            raise
+        except BindFailure as exc:
+            log.info("bind pod=%s/%s node=%s failed (%s): %s", namespace, name, node, exc.reason, exc)
+            return str(exc), exc.reason
+        except _API_ERRORS as exc:
+            log.warning("bind pod=%s/%s node=%s: API error: %s", namespace, name, node, _describe(exc))
+            return f"pod {namespace}/{name}: API error: {_describe(exc)}", API_ERROR
+        return "", OK
+
+    # ------------------------------------------------------------------ the bind
+    async def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        pod = await self._find_pod(namespace, name, uid)
+        pod_meta = pod.get("metadata") or {}
+        pod_uid = pod_meta.get("uid") or uid
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            if bound_to == node:
+                return  # an earlier bind succeeded but its answer was lost: idempotent
+            raise BindFailure(f"pod {namespace}/{name} is already bound to node {bound_to}", CONFLICT)
+        consumer = {"resource": "pods", "name": pod_meta.get("name", name), "uid": pod_uid}
+        async with self._choose_lock:
+            writes, assumed = self._choose(pod, node, consumer)
+        try:
+            for write in writes:
+                await self._write_claim(write, consumer)
+            await self._create_binding(namespace=namespace, name=name, uid=pod_uid, node=node)
+        except BaseException:
+            for write in reversed(writes):
+                await self._undo(write, consumer)
+            for claim_uid in assumed:
+                self._placement.assumed.forget(claim_uid)
+            raise
+        for write in writes:
+            if write.allocation is not None:
+                self._written[write.uid] = (write.namespace, write.name)
+        log.info(
+            "bound pod %s/%s to %s: allocated %s; reserved %s",
+            namespace,
+            name,
+            node,
+            ", ".join(w.ref for w in writes if w.allocation is not None) or "no claims",
+            ", ".join(w.ref for w in writes if w.allocation is None) or "no shared claims",
+        )
+
+    def _choose(self, pod: Obj, node: str, consumer: dict[str, str]) -> tuple[list[_ClaimWrite], list[str]]:
+        """Decide what to write and assume the chosen devices; runs under `_choose_lock`.
+
+        Everything here is synchronous on purpose: no other bind can interleave between the
+        evaluation and the `assume` calls.
+        """
+        self._prune_assumed()
+        ref = _pod_ref(pod)
+        claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
+        if claims.problem:
+            raise BindFailure(claims.problem, _problem_reason(claims.problem))
+        index = self._placement.index()
+        node_obj = index.nodes.get(node) or {"metadata": {"name": node}}
+        writes: list[_ClaimWrite] = []
+        for claim in claims.allocated:
+            if not allocation_fits_node(claim, node_obj):
+                raise BindFailure(f"resourceclaim {claim_ref(claim)} not available on node {node}", NO_FIT)
+            write = self._reservation(claim, consumer)
+            if write is not None:
+                writes.append(write)
+        if not claims.pending:
+            return writes, []
+        evaluation = self._placement.evaluate(pod, [node])
+        if evaluation.error:
+            raise BindFailure(f"pod {ref}: {evaluation.error}", NO_FIT)
+        verdict = evaluation.verdicts.get(node)
+        if verdict is None or verdict.status != PASSED:
+            why = verdict.reason if verdict is not None else "not evaluated"
+            raise BindFailure(f"pod {ref} cannot be bound to node {node}: {why}", NO_FIT)
+        allocations = self._placement.choose_allocations(evaluation, node)
+        if allocations is None:
+            raise BindFailure(f"pod {ref}: cannot allocate all claims on node {node}", NO_FIT)
+        if len(allocations) != len(evaluation.claims.pending):
+            raise BindFailure(f"pod {ref}: the allocator returned no allocation for some claims", NO_FIT)
+        assumed: list[str] = []
+        for claim, chosen in zip(evaluation.claims.pending, allocations, strict=True):
+            meta = claim.get("metadata") or {}
+            claim_uid = meta.get("uid", "")
+            self._placement.assumed.assume(claim_uid, chosen.allocation, pod_uid=consumer["uid"])
+            assumed.append(claim_uid)
+            writes.append(
+                _ClaimWrite(
+                    namespace=meta.get("namespace") or "default",
+                    name=meta.get("name", ""),
+                    uid=claim_uid,
+                    allocation=chosen.allocation,
+                    current=claim,
+                )
+            )
+        return writes, assumed
+
+    def _reservation(self, claim: Obj, consumer: dict[str, str]) -> _ClaimWrite | None:
+        """The write that adds the pod to an allocated claim's reservedFor (None: already there)."""
+        meta = claim.get("metadata") or {}
+        namespace, name = meta.get("namespace") or "default", meta.get("name", "")
+        stored = self._state.get("ResourceClaim", name, namespace) or claim
+        status = stored.get("status") or {}
+        if not status.get("allocation"):
+            # Allocated only in the AssumeCache: another bind of ours is writing it right now.
+            raise BindFailure(
+                f"resource claim {namespace}/{name} is in the process of being allocated", CONFLICT
+            )
+        if _reserved(status, consumer["uid"]):
+            return None  # default profile: the in-tree plugin reserved it in PreBind
+        return _ClaimWrite(namespace, name, meta.get("uid", ""), allocation=None, current=stored)
+
+    def _prune_assumed(self) -> None:
+        """Forget assumed entries of claims whose written allocation the watch now shows."""
+        active = self._placement.assumed.active()
+        for claim_uid, (namespace, name) in list(self._written.items()):
+            claim = self._state.get("ResourceClaim", name, namespace)
+            meta = (claim or {}).get("metadata") or {}
+            visible = (
+                claim is None or meta.get("uid") != claim_uid or (claim.get("status") or {}).get("allocation")
+            )
+            if claim_uid not in active or visible:
+                self._placement.assumed.forget(claim_uid)
+                del self._written[claim_uid]
+
+    # ------------------------------------------------------------------ claim writes
+    async def _write_claim(self, write: _ClaimWrite, consumer: dict[str, str]) -> None:
+        """Write finalizer, allocation and reservation (or only the reservation), retrying 409s."""
+        current = write.current
+        for _ in range(self._max_attempts):
+            if current is None:
+                current = await self._read_claim(write)
+            _check_claim(write, current)
+            status = current.get("status") or {}
+            existing = status.get("allocation")
+            if write.allocation is not None:
+                if existing:
+                    if _same_devices(existing, write.allocation) and _reserved(status, consumer["uid"]):
+                        write.current = current  # our own earlier write (a retried request)
+                        return
+                    raise BindFailure(
+                        f"claim {write.ref}: allocated elsewhere while this bind was writing it "
+                        f"(devices {_device_names(existing)})",
+                        ALLOCATED_ELSEWHERE,
+                    )
+                if DELETE_PROTECTION_FINALIZER not in _finalizers(current):
+                    updated = copy.deepcopy(current)
+                    updated["metadata"].setdefault("finalizers", []).append(DELETE_PROTECTION_FINALIZER)
+                    try:
+                        current = await self._replace_claim(updated, write)
+                    except _Conflict:
+                        current = None
+                        continue
+                    write.finalizer_added = True
+                updated = copy.deepcopy(current)
+                new_status = updated.setdefault("status", {})
+                new_status["allocation"] = copy.deepcopy(write.allocation)
+                new_status.setdefault("reservedFor", []).append(dict(consumer))
+            else:
+                if not existing:
+                    raise BindFailure(f"claim {write.ref} was deallocated while this bind used it", CONFLICT)
+                if _reserved(status, consumer["uid"]):
+                    write.current = current
+                    return
+                if len(status.get("reservedFor") or ()) >= RESERVED_FOR_MAX:
+                    raise BindFailure(f"claim {write.ref}: resourceclaim in use", NO_FIT)
+                updated = copy.deepcopy(current)
+                updated["status"].setdefault("reservedFor", []).append(dict(consumer))
+            write.status_attempted = True
+            try:
+                write.current = await self._replace_claim_status(updated, write)
+            except _Conflict:
+                current = None
+                continue
+            return
+        raise BindFailure(
+            f"claim {write.ref}: still conflicting after {self._max_attempts} attempts "
+            "(the claim keeps changing); retry",
+            CONFLICT,
+        )
+
+    async def _undo(self, write: _ClaimWrite, consumer: dict[str, str]) -> None:
+        """Remove what this bind wrote to one claim, and nothing else (see module docstring)."""
+        if not (write.finalizer_added or write.status_attempted):
+            return
+        # Always re-read: the outcome of the last write may be unknown (timeout, lost answer).
+        current: Obj | None = None
+        try:
+            for _ in range(2 * self._max_attempts):
+                if current is None:
+                    current = await self._read_claim(write)
+                if (current.get("metadata") or {}).get("uid") != write.uid:
+                    return  # deleted (and maybe re-created): nothing of ours left
+                status = current.get("status") or {}
+                if write.status_attempted and _reserved(status, consumer["uid"]):
+                    updated = copy.deepcopy(current)
+                    new_status = updated["status"]
+                    remaining = [
+                        r for r in new_status.get("reservedFor") or () if r.get("uid") != consumer["uid"]
+                    ]
+                    new_status["reservedFor"] = remaining
+                    ours = write.allocation is not None and _same_devices(
+                        new_status.get("allocation"), write.allocation
+                    )
+                    if ours and not remaining:
+                        new_status.pop("allocation", None)
+                    try:
+                        current = await self._replace_claim_status(updated, write)
+                    except _Conflict:
+                        current = None
+                    continue
+                if (
+                    write.finalizer_added
+                    and DELETE_PROTECTION_FINALIZER in _finalizers(current)
+                    and not status.get("allocation")
+                ):
+                    updated = copy.deepcopy(current)
+                    updated["metadata"]["finalizers"] = [
+                        f for f in _finalizers(current) if f != DELETE_PROTECTION_FINALIZER
+                    ]
+                    try:
+                        current = await self._replace_claim(updated, write)
+                    except _Conflict:
+                        current = None
+                        continue
+                return
+        except BindFailure:
+            return  # the claim is gone: nothing left to undo
+        except _API_ERRORS as exc:
+            log.error("bind undo: claim %s: %s; it may keep this bind's writes", write.ref, _describe(exc))
+            return
+        log.error("bind undo: claim %s kept changing; it may keep this bind's writes", write.ref)
+
+    # ------------------------------------------------------------------ API calls
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        call = functools.partial(fn, *args, _request_timeout=self._timeout, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def _find_pod(self, namespace: str, name: str, uid: str) -> Obj:
+        pod = self._state.get("Pod", name, namespace)
+        if pod is not None and uid and (pod.get("metadata") or {}).get("uid") not in (None, "", uid):
+            pod = None
+        if pod is None and uid:
+            pod = self._placement.pods_seen.get(uid)
+        if pod is not None:
+            return pod
+        try:
+            raw = await self._call(self._core.read_namespaced_pod, name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise BindFailure(f"pod {namespace}/{name} does not exist", POD_GONE) from None
+            raise
+        pod = _json(raw)
+        found_uid = (pod.get("metadata") or {}).get("uid")
+        if uid and found_uid != uid:
+            raise BindFailure(
+                f"pod {namespace}/{name} has UID {found_uid}, not {uid}: it was deleted and re-created",
+                POD_GONE,
+            )
+        return pod
+
+    async def _read_claim(self, write: _ClaimWrite) -> Obj:
+        try:
+            raw = await self._call(
+                self._resource.read_namespaced_resource_claim,
+                write.name,
+                write.namespace,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise BindFailure(f"resourceclaim {write.ref} was deleted", CLAIM_GONE) from None
+            raise
+        return _json(raw)
+
+    async def _replace_claim(self, claim: Obj, write: _ClaimWrite) -> Obj:
+        body = client.ResourceV1ResourceClaim.from_dict(_with_type(claim))
+        return await self._write(self._resource.replace_namespaced_resource_claim, body, write)
+
+    async def _replace_claim_status(self, claim: Obj, write: _ClaimWrite) -> Obj:
+        body = client.ResourceV1ResourceClaim.from_dict(_with_type(claim))
+        return await self._write(self._resource.replace_namespaced_resource_claim_status, body, write)
+
+    async def _write(self, method: Callable[..., Any], body: Any, write: _ClaimWrite) -> Obj:
+        try:
+            raw = await self._call(method, write.name, write.namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise _Conflict from None
+            if exc.status == 404:
+                raise BindFailure(f"resourceclaim {write.ref} was deleted", CLAIM_GONE) from None
+            raise
+        return _json(raw)
+
+    async def _create_binding(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        try:
+            # Raw response: the server answers with a Status, which the V1Binding model rejects.
+            await self._call(
+                self._core.create_namespaced_pod_binding, name, namespace, body, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise BindFailure(f"pod {namespace}/{name} does not exist", POD_GONE) from None
+            if exc.status != 409:
+                raise
+            # Already bound (maybe by an earlier attempt whose answer was lost) or re-created.
+            raw = await self._call(self._core.read_namespaced_pod, name, namespace, _preload_content=False)
+            pod = _json(raw)
+            if (pod.get("metadata") or {}).get("uid") != uid:
+                raise BindFailure(f"pod {namespace}/{name} was deleted and re-created", POD_GONE) from None
+            bound_to = (pod.get("spec") or {}).get("nodeName")
+            if bound_to != node:
+                raise BindFailure(
+                    f"pod {namespace}/{name}: binding rejected ({exc.status} {exc.reason}); "
+                    f"it is bound to {bound_to or 'no node'}",
+                    CONFLICT,
+                ) from None
+
+
+def _log_orphan(pod: str, node: str, task: asyncio.Future[None]) -> None:
+    """Outcome of a bind whose caller went away (it ran to the end, shielded)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is None:
+        log.info("bind pod=%s node=%s finished after its request was cancelled", pod, node)
+    else:
+        log.info("bind pod=%s node=%s failed after its request was cancelled: %s", pod, node, exc)
+
+
+class _Conflict(Exception):
+    """A write failed its resourceVersion precondition (HTTP 409)."""
+
+
+def _check_claim(write: _ClaimWrite, claim: Obj) -> None:
+    meta = claim.get("metadata") or {}
+    if meta.get("uid") != write.uid:
+        raise BindFailure(f"resourceclaim {write.ref} was deleted and re-created", CLAIM_GONE)
+    if meta.get("deletionTimestamp"):
+        raise BindFailure(f'resourceclaim "{write.name}" is being deleted', CLAIM_GONE)
+
+
+def _problem_reason(problem: str) -> str:
+    """Reason of a pod-level claim problem from `resolve_pod_claims` (its fixed messages)."""
+    gone = ("not created yet", "not found", "is being deleted")
+    return CLAIM_GONE if any(marker in problem for marker in gone) else NO_FIT
+
+
+def _reserved(status: Obj, pod_uid: str) -> bool:
+    return any(r.get("uid") == pod_uid for r in status.get("reservedFor") or ())
+
+
+def _finalizers(claim: Obj) -> list[str]:
+    return list((claim.get("metadata") or {}).get("finalizers") or ())
+
+
+def _device_keys(allocation: Obj | None) -> list[tuple[str, str, str, str, str]]:
+    results = ((allocation or {}).get("devices") or {}).get("results") or ()
+    return sorted(
+        (
+            r.get("request", ""),
+            r.get("driver", ""),
+            r.get("pool", ""),
+            r.get("device", ""),
+            r.get("shareID", ""),
+        )
+        for r in results
+    )
+
+
+def _same_devices(a: Obj | None, b: Obj | None) -> bool:
+    """Two allocations hand out the same devices for the same requests (format-insensitive)."""
+    return _device_keys(a) == _device_keys(b)
+
+
+def _device_names(allocation: Obj) -> str:
+    return ", ".join(f"{k[2]}/{k[3]}" for k in _device_keys(allocation)) or "none"
+
+
+def _with_type(claim: Obj) -> Obj:
+    return {**claim, "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim"}
+
+
+def _json(response: Any) -> Obj:
+    data = orjson.loads(response.data)
+    if not isinstance(data, dict):
+        raise ApiException(status=0, reason=f"unexpected response body of type {type(data).__name__}")
+    return data
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _pod_ref(pod: Obj) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"

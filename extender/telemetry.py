@@ -1,0 +1,503 @@
+"""Tracing, metrics and logs: everything the extender reports about itself.
+
+- **Tracing** (OpenTelemetry): `configure_tracing` builds an SDK `TracerProvider` exporting over
+  OTLP when `--tracing` or `OTEL_TRACES_EXPORTER` asks for it, and nothing otherwise: then no
+  provider exists, the API's no-op tracer answers, and the HTTP layer skips span work entirely.
+  `span(name, **attributes)` opens a child span from any layer below the server (placement,
+  binder) without knowing whether tracing is on or which provider an app was given.
+- **Metrics** (prometheus-client): `Metrics` holds the collectors the request path updates, on a
+  per-app registry; `StateCollector` reads index size, CEL counters, kernel time, watch health and
+  assumed allocations from the placement service at scrape time, so the hot path keeps no books.
+- **Logs**: `configure_logging` installs one stderr handler with `JsonFormatter` (one object per
+  line) or `TextFormatter`; both add the `extra=` fields of a record and the current trace id.
+
+What it leaves out: the verb spans, the request log line and metric updates live in `server.py`;
+nothing here reads `os.environ` (the OTel SDK and exporters read their own `OTEL_*` variables).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import logging
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import orjson
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from extender import __version__
+from extender.settings import Settings
+
+if TYPE_CHECKING:  # the SDK is imported only when tracing is configured
+    from opentelemetry.sdk.trace import TracerProvider
+
+log = logging.getLogger(__name__)
+
+TRACER_NAME = "dra-topology-extender"
+DEFAULT_SERVICE_NAME = "dra-topology-extender"
+#: Where OTLP/HTTP receivers take traces; appended to an `--otlp-endpoint` given without a path.
+OTLP_HTTP_TRACES_PATH = "/v1/traces"
+GRPC_EXPORTER_PACKAGE = "opentelemetry-exporter-otlp-proto-grpc"
+
+# Span names. The verb spans are named after the verb ("filter", "prioritize", "bind").
+SPAN_DECODE = "decode"
+SPAN_ENCODE = "encode"
+SPAN_RESOLVE_CLAIMS = "resolve_claims"
+SPAN_ALLOCATE = "allocate"
+SPAN_SCORE = "score"
+SPAN_API_WRITE = "api_write"
+
+# Span attribute keys (semantic-convention names where one exists).
+ATTR_NAMESPACE = "k8s.namespace.name"
+ATTR_POD = "k8s.pod.name"
+ATTR_POD_UID = "k8s.pod.uid"
+ATTR_CLAIMS = "dra_extender.pod.claims"
+ATTR_NODES_IN = "dra_extender.nodes.in"
+ATTR_NODES_OUT = "dra_extender.nodes.out"
+ATTR_NODES_FAILED = "dra_extender.nodes.failed"
+ATTR_NODES_UNRESOLVABLE = "dra_extender.nodes.unresolvable"
+ATTR_NODE = "dra_extender.node"
+ATTR_INDEX_GENERATION = "dra_extender.index.generation"
+ATTR_BIND_REASON = "dra_extender.bind.reason"
+ATTR_ERROR = "dra_extender.error"
+
+#: Latency buckets from 100 µs to 10 s: the filter budget is milliseconds, the hard limit seconds.
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+FILTER_NODE_RESULTS: tuple[str, ...] = ("passed", "failed", "unresolvable")
+FILTER_ERROR_REASONS: tuple[str, ...] = ("not_ready", "error")
+PRIORITIZE_NODE_RESULTS: tuple[str, ...] = ("scored", "zero")
+#: The `reason` label of bind outcomes; anything else is counted as "error" (bounded cardinality).
+BIND_REASONS: tuple[str, ...] = ("ok", "error", "not_leader", "conflict", "not_found", "not_ready", "timeout")
+
+
+# ===================================================================== tracing
+#: The tracer `span()` uses inside a request: set by the server for apps given their own provider.
+_request_tracer: contextvars.ContextVar[trace.Tracer | None] = contextvars.ContextVar(
+    "dra_extender_tracer", default=None
+)
+#: The tracer `span()` uses elsewhere; set only by `configure_tracing(set_global=True)`, so with
+#: tracing off `span()` does not even reach the API's no-op tracer.
+_global_tracer: trace.Tracer | None = None
+
+
+def configure_tracing(
+    settings: Settings, environ: Mapping[str, str], *, set_global: bool = False
+) -> TracerProvider | None:
+    """Build the tracer provider the settings and `OTEL_*` variables ask for, or None (tracing off).
+
+    Tracing is on when `settings.tracing` is true (`--tracing`) or `OTEL_TRACES_EXPORTER` names an
+    exporter; `OTEL_TRACES_EXPORTER=none` and `OTEL_SDK_DISABLED=true` turn it off regardless, as
+    in every OTel SDK. Exporters: `otlp` (default) and `console`, comma-separated. The OTLP
+    transport is `settings.otlp_protocol` when set to something other than the default, else
+    `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`, else http/protobuf. The
+    endpoint is `settings.otlp_endpoint` when given (an HTTP URL without a path gets `/v1/traces`),
+    else the exporter's own `OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT` handling. Sampler
+    (`OTEL_TRACES_SAMPLER[_ARG]`), batch limits (`OTEL_BSP_*`), headers, timeouts and resource
+    attributes (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) are read by the SDK itself.
+
+    Args:
+        settings: `tracing`, `otlp_endpoint` and `otlp_protocol` are used.
+        environ: the process environment (only `__main__` passes `os.environ`).
+        set_global: also install the provider as the global one, so `span()` outside requests
+            and any instrumented library export through it; a process can do this once.
+
+    Returns:
+        The provider with a BatchSpanProcessor per exporter, or None when tracing is off.
+
+    Raises:
+        ValueError: unknown exporter or protocol, or gRPC asked for without its package installed.
+    """
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    names = [n.strip().lower() for n in environ.get("OTEL_TRACES_EXPORTER", "").split(",") if n.strip()]
+    if "none" in names or (not names and not settings.tracing):
+        return None
+    unknown = sorted(set(names) - {"otlp", "console"})
+    if unknown:
+        raise ValueError(
+            f"OTEL_TRACES_EXPORTER: unsupported exporter(s) {unknown}; allowed: otlp, console, none"
+        )
+
+    from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    resource = Resource.create({SERVICE_VERSION: __version__})
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    provider = TracerProvider(resource=resource)  # sampler from OTEL_TRACES_SAMPLER, via the SDK
+    for name in names or ["otlp"]:
+        exporter = _otlp_exporter(settings, environ) if name == "otlp" else ConsoleSpanExporter()
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    if set_global:
+        global _global_tracer
+        trace.set_tracer_provider(provider)
+        _global_tracer = provider.get_tracer(TRACER_NAME, __version__)
+    log.info(
+        "tracing on: exporters %s, service %s", ",".join(names or ["otlp"]), resource.attributes[SERVICE_NAME]
+    )
+    return provider
+
+
+def otlp_protocol(settings: Settings, environ: Mapping[str, str]) -> str:
+    """The OTLP transport in effect: a non-default setting wins over the standard env variables."""
+    default = Settings().otlp_protocol
+    if settings.otlp_protocol != default:
+        return settings.otlp_protocol
+    chosen = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+    return (chosen or default).strip().lower()
+
+
+def otlp_http_endpoint(url: str) -> str:
+    """`url` as the OTLP/HTTP exporter wants it: a full signal URL (`http://host:4318/v1/traces`).
+
+    The exporter uses an `endpoint=` argument verbatim (unlike `OTEL_EXPORTER_OTLP_ENDPOINT`, to
+    which it appends `/v1/traces`), so a bare `http://host:4318` would POST to `/` and get 404.
+    """
+    return url.rstrip("/") + OTLP_HTTP_TRACES_PATH if urlsplit(url).path in ("", "/") else url
+
+
+def _otlp_exporter(settings: Settings, environ: Mapping[str, str]) -> Any:
+    protocol = otlp_protocol(settings, environ)
+    endpoint = settings.otlp_endpoint or None
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as Grpc
+        except ImportError as exc:
+            raise ValueError(
+                f"OTLP over gRPC needs the package {GRPC_EXPORTER_PACKAGE} (pip install "
+                f"{GRPC_EXPORTER_PACKAGE}); or use --otlp-protocol http/protobuf"
+            ) from exc
+        return Grpc(endpoint=endpoint)
+    if protocol not in ("http/protobuf", "http"):
+        raise ValueError(f"OTLP protocol {protocol!r} is not supported; allowed: http/protobuf, grpc")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
+
+    return Http(endpoint=otlp_http_endpoint(endpoint) if endpoint else None)
+
+
+def use_tracer(tracer: trace.Tracer | None) -> contextvars.Token[trace.Tracer | None]:
+    """Make `span()` use `tracer` in the current context (the server does this per request)."""
+    return _request_tracer.set(tracer)
+
+
+def reset_tracer(token: contextvars.Token[trace.Tracer | None]) -> None:
+    """Undo `use_tracer`."""
+    _request_tracer.reset(token)
+
+
+@contextmanager
+def span(name: str, **attributes: Any) -> Iterator[trace.Span]:
+    """A child span of the current one, for work below the server (claims, allocation, API writes).
+
+    Keyword names are the attribute keys, verbatim; pass dotted keys as `**{"k8s.pod.name": n}`.
+    None values are dropped. Keep the values cheap: compute costly ones inside the block under
+    `if s.is_recording():`. With tracing off this yields the invalid (non-recording) span and
+    touches no OTel machinery. Exceptions are recorded on the span and re-raised.
+    """
+    tracer = _request_tracer.get() or _global_tracer
+    if tracer is None:
+        yield trace.INVALID_SPAN
+        return
+    with tracer.start_as_current_span(name) as current:
+        if attributes and current.is_recording():
+            current.set_attributes({k: v for k, v in attributes.items() if v is not None})
+        yield current
+
+
+# ===================================================================== metrics
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """The Prometheus collectors of the request path, all registered on one (per-app) registry."""
+
+    registry: CollectorRegistry
+    request_duration: Histogram
+    requests: Counter
+    prioritize_errors: Counter
+    filter_nodes: Counter
+    filter_errors: Counter
+    prioritize_nodes: Counter
+    bind_outcomes: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry, *, placement: object | None = None) -> Metrics:
+        """Register the collectors on `registry` (once per registry).
+
+        Args:
+            registry: where to register.
+            placement: when given, a `StateCollector` over it is registered too.
+        """
+
+        def counter(name: str, doc: str, label: str | None = None, values: Iterable[str] = ()) -> Counter:
+            made = Counter(name, doc, [label] if label else [], registry=registry)
+            for value in values:  # export the fixed label values at 0, so rate() works from the start
+                made.labels(value)
+            return made
+
+        metrics = cls(
+            registry=registry,
+            request_duration=Histogram(
+                "dra_extender_request_duration_seconds",
+                "Time to answer one extender request, by verb.",
+                ["verb"],
+                buckets=DURATION_BUCKETS,
+                registry=registry,
+            ),
+            requests=Counter(
+                "dra_extender_requests",
+                "Extender requests by verb and HTTP status.",
+                ["verb", "code"],
+                registry=registry,
+            ),
+            prioritize_errors=counter(
+                "dra_extender_prioritize_errors",
+                "Prioritize calls that failed (kube-scheduler ignores these silently).",
+            ),
+            filter_nodes=counter(
+                "dra_extender_filter_nodes",
+                "Nodes judged by filter, by result (passed, failed, unresolvable).",
+                "result",
+                FILTER_NODE_RESULTS,
+            ),
+            filter_errors=counter(
+                "dra_extender_filter_errors",
+                "Filter calls answered with Error (the scheduler retries the pod), by reason.",
+                "reason",
+                FILTER_ERROR_REASONS,
+            ),
+            prioritize_nodes=counter(
+                "dra_extender_prioritize_nodes",
+                "Nodes scored by prioritize, by result (scored: above 0, zero).",
+                "result",
+                PRIORITIZE_NODE_RESULTS,
+            ),
+            bind_outcomes=counter(
+                "dra_extender_bind_outcomes",
+                "Bind calls by outcome reason (" + ", ".join(BIND_REASONS) + ").",
+                "reason",
+                BIND_REASONS,
+            ),
+        )
+        if placement is not None:
+            registry.register(StateCollector(placement))
+        return metrics
+
+
+def bind_reason(outcome: object) -> str:
+    """The `reason` label for a bind outcome: the binder's error string or exception.
+
+    "" is "ok". A value with a `reason` attribute naming one of BIND_REASONS (a `str` subclass
+    returned by the binder, or an exception) gives that reason; an API conflict (409) is
+    "conflict", 404 "not_found", a timeout "timeout"; everything else is "error".
+    """
+    if outcome == "":
+        return "ok"
+    reason = getattr(outcome, "reason", None)
+    if isinstance(reason, str) and reason in BIND_REASONS:
+        return reason
+    if isinstance(outcome, TimeoutError):
+        return "timeout"
+    status = getattr(outcome, "status", None)
+    return {409: "conflict", 404: "not_found"}.get(status, "error") if isinstance(status, int) else "error"
+
+
+class StateCollector(Collector):
+    """Gauges and counters read from the placement service at scrape time (no hot-path bookkeeping).
+
+    Reads, each only if present (test doubles and other services may lack them): `ready()`,
+    `index()` (nodes, device rows, generation, and the CEL counters of `index().evaluator`; only
+    while ready, since it may build the index), `assumed` (its `len`), `kernel_seconds_total`,
+    `kernel_calls_total` and `source_stats()`. A failing read is logged and skipped: a scrape
+    never fails because of the state it reports on. Runs on the event loop (inside /metrics).
+    """
+
+    def __init__(self, placement: object) -> None:
+        self._placement = placement
+
+    def describe(self) -> Iterable[Metric]:
+        # Names only, so registering does not call into placement (which may build the index).
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        placement = self._placement
+        ready = _call(placement, "ready")
+        if ready is not None:
+            yield _gauge(
+                "dra_extender_ready", "1 when the cluster state is loaded/synced, else 0.", float(bool(ready))
+            )
+        index = _call(placement, "index") if ready else None
+        if index is not None:
+            yield from self._index_metrics(index)
+        assumed = getattr(placement, "assumed", None)
+        if assumed is not None:
+            yield _gauge(
+                "dra_extender_assumed_allocations",
+                "Claim allocations chosen by this process whose writes are still in flight.",
+                len(assumed),
+            )
+        yield _counter(
+            "dra_extender_kernel_seconds",
+            "Time spent in the topology scoring kernels.",
+            float(getattr(placement, "kernel_seconds_total", 0) or 0),
+        )
+        yield _counter(
+            "dra_extender_kernel_calls",
+            "Calls of the topology scoring kernels.",
+            float(getattr(placement, "kernel_calls_total", 0) or 0),
+        )
+        stats = _call(placement, "source_stats")
+        if isinstance(stats, Mapping):
+            yield from self._source_metrics(stats)
+
+    @staticmethod
+    def _index_metrics(index: Any) -> Iterator[Metric]:
+        yield _gauge("dra_extender_index_nodes", "Nodes in the device index.", len(index.node_names))
+        yield _gauge("dra_extender_index_device_rows", "Device rows in the device index.", index.num_rows)
+        yield _gauge("dra_extender_index_generation", "Generation of the device index.", index.generation)
+        evaluator = getattr(index, "evaluator", None)
+        if evaluator is not None:
+            yield _counter(
+                "dra_extender_cel_evaluations",
+                "CEL selector evaluations actually run (per expression and device; cache misses).",
+                getattr(evaluator, "evaluations", 0),
+            )
+            yield _counter(
+                "dra_extender_cel_cache_hits",
+                "CEL selector results served from the per-device cache.",
+                getattr(evaluator, "hits", 0),
+            )
+
+    @staticmethod
+    def _source_metrics(stats: Mapping[str, Any]) -> Iterator[Metric]:
+        families = (
+            ("relists", CounterMetricFamily, "dra_extender_watch_relists", "Full relists, by object kind."),
+            (
+                "watch_restarts",
+                CounterMetricFamily,
+                "dra_extender_watch_restarts",
+                "Watch restarts, by kind.",
+            ),
+            (
+                "last_event_age_seconds",
+                GaugeMetricFamily,
+                "dra_extender_watch_last_event_age_seconds",
+                "Seconds since the last watch event or bookmark, by kind (watch lag).",
+            ),
+        )
+        for key, family_type, name, doc in families:
+            family = family_type(name, doc, labels=["kind"])
+            for kind, value in sorted((stats.get(key) or {}).items()):
+                family.add_metric([str(kind)], float(value))
+            yield family
+        if "synced" in stats:
+            yield _gauge(
+                "dra_extender_synced",
+                "1 when every watch has listed and is current.",
+                float(bool(stats["synced"])),
+            )
+
+
+def _call(target: object, name: str) -> Any:
+    method = getattr(target, name, None)
+    if not callable(method):
+        return None
+    try:
+        return method()
+    except Exception:
+        log.warning("metrics: reading %s() failed", name, exc_info=True)
+        return None
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+# ===================================================================== logs
+#: Attributes every LogRecord has; anything else on a record came from `extra=`.
+_RECORD_FIELDS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+def trace_fields() -> dict[str, str]:
+    """`trace_id` and `span_id` of the current span, or {} outside a (valid) span."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return {}
+    return {
+        "trace_id": trace.format_trace_id(context.trace_id),
+        "span_id": trace.format_span_id(context.span_id),
+    }
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The `extra=` fields of a record, plus `trace_id`/`span_id` of the current span when valid."""
+    fields = {k: v for k, v in record.__dict__.items() if k not in _RECORD_FIELDS}
+    return {**trace_fields(), **fields}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC, ISO 8601), level, logger, msg, extra fields, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record_fields(record).items():
+            entry.setdefault(key, value)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """`time LEVEL logger: message [trace_id=...]`.
+
+    The message is meant to stand alone (callers write the figures into it, `key=value`), so the
+    `extra=` fields are left to the JSON formatter; only the current trace id is appended.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # logging's own (camelCase) hook
+        text = super().formatMessage(record)
+        trace_id = getattr(record, "trace_id", None) or trace_fields().get("trace_id")
+        return f"{text} trace_id={trace_id}" if trace_id else text
+
+
+def logfmt(value: Any) -> str:
+    """`value` as a logfmt value: floats with 3 decimals, quoted (JSON style) if it has spaces."""
+    text = f"{value:.3f}" if isinstance(value, float) else str(value)
+    return orjson.dumps(text).decode() if (not text or any(c in text for c in ' "=')) else text
+
+
+def configure_logging(settings: Settings, *, stream: IO[str] | None = None) -> logging.Handler:
+    """Send every log record to `stream` (stderr) at `settings.log_level`, JSON if `log_json`.
+
+    Replaces the root logger's handlers (called once at start-up, and by tests).
+
+    Returns:
+        The installed handler.
+    """
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter() if settings.log_json else TextFormatter())
+    logging.basicConfig(level=settings.log_level.upper(), handlers=[handler], force=True)
+    return handler
