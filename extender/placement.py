@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from extender import feasibility, scoring
+from extender import feasibility, scoring, telemetry
 from extender.allocator.allocating import allocate
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
@@ -213,7 +213,8 @@ class Placement:
             self.pods_seen.popitem(last=False)
 
     def _new_evaluation(self, pod: Obj) -> PodEvaluation:
-        claims = resolve_pod_claims(pod, self.state, assumed=self.assumed.active())
+        with telemetry.span(telemetry.SPAN_RESOLVE_CLAIMS):
+            claims = resolve_pod_claims(pod, self.state, assumed=self.assumed.active())
         evaluation = PodEvaluation(pod=pod, claims=claims, specs=[], problem=claims.problem)
         if not evaluation.problem:
             try:
@@ -249,7 +250,8 @@ class Placement:
         if not pending:
             return
         try:
-            self._decide_pending(evaluation, index, pending)
+            with telemetry.span(telemetry.SPAN_ALLOCATE, **{telemetry.ATTR_NODES_IN: len(pending)}):
+                self._decide_pending(evaluation, index, pending)
         except AllocationAborted as exc:
             evaluation.error = f"timed out trying to allocate devices: {exc}"
         except AllocationError as exc:
@@ -469,9 +471,10 @@ class Placement:
         """Best sets on the nodes; found sets go into `evaluation.scores`. Returns the statuses."""
         assert evaluation.relevant is not None
         started = time.perf_counter()
-        status, _, parts, chosen = scoring.best_sets(
-            plan, index, positions, free, evaluation.relevant, self.topology
-        )
+        with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(names)}):
+            status, _, parts, chosen = scoring.best_sets(
+                plan, index, positions, free, evaluation.relevant, self.topology
+            )
         self.kernel_seconds_total += time.perf_counter() - started
         self.kernel_calls_total += 1
         preference = np.ones(len(names))
@@ -554,9 +557,10 @@ class Placement:
             if sets.shape[1] == 0:
                 sets = np.full((len(members), 1), -1, dtype=np.int64)
             started = time.perf_counter()
-            _, parts = scoring.score_sets(
-                index, positions, sets, np.array(claims_of_set or (0,)), free, relevant, self.topology
-            )
+            with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(members)}):
+                _, parts = scoring.score_sets(
+                    index, positions, sets, np.array(claims_of_set or (0,)), free, relevant, self.topology
+                )
             self.kernel_seconds_total += time.perf_counter() - started
             self.kernel_calls_total += 1
             preference = np.array([p for _, _, p in members])

@@ -81,7 +81,8 @@ BIND_REASONS: tuple[str, ...] = ("ok", "error", "not_leader", "conflict", "not_f
 
 
 # ===================================================================== tracing
-#: The tracer `span()` uses inside a request: set by the server for apps given their own provider.
+#: The tracer `span()` uses inside a request: set by the server for the requests of a traced app,
+#: so spans below the server land in that app's provider (tests give each app its own).
 _request_tracer: contextvars.ContextVar[trace.Tracer | None] = contextvars.ContextVar(
     "dra_extender_tracer", default=None
 )
@@ -132,12 +133,15 @@ def configure_tracing(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
+    # Exporters first: a bad protocol fails before any processor thread is started.
+    exporters = [
+        _otlp_exporter(settings, environ) if n == "otlp" else ConsoleSpanExporter() for n in names or ["otlp"]
+    ]
     resource = Resource.create({SERVICE_VERSION: __version__})
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
     provider = TracerProvider(resource=resource)  # sampler from OTEL_TRACES_SAMPLER, via the SDK
-    for name in names or ["otlp"]:
-        exporter = _otlp_exporter(settings, environ) if name == "otlp" else ConsoleSpanExporter()
+    for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     if set_global:
         global _global_tracer
@@ -179,7 +183,7 @@ def _otlp_exporter(settings: Settings, environ: Mapping[str, str]) -> Any:
                 f"{GRPC_EXPORTER_PACKAGE}); or use --otlp-protocol http/protobuf"
             ) from exc
         return Grpc(endpoint=endpoint)
-    if protocol not in ("http/protobuf", "http"):
+    if protocol != "http/protobuf":
         raise ValueError(f"OTLP protocol {protocol!r} is not supported; allowed: http/protobuf, grpc")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
 

@@ -218,11 +218,11 @@ class CertReloader:
         self._client_ca_file = client_ca_file
         self.interval_seconds = interval_seconds
         self._loaded: _Material | None = _LOADED.get(context)
-        self._rejected_digest: str | None = None  # the last bad snapshot, so it is logged once
+        self._rejected_digest: str | None = None  # the last bad state, so it is logged only once
         self.reloads = 0
         """Successful reloads since start (the initial load is not counted)."""
         self.failures = 0
-        """Distinct bad snapshots seen (each is logged once and the old certificate kept)."""
+        """Distinct bad states seen: invalid contents or unreadable files (each logged once)."""
         if self._loaded is None:  # a context built elsewhere: assume it holds the current files
             try:
                 self._loaded = self._read()
@@ -256,7 +256,8 @@ class CertReloader:
             material = self._read()
         except OSError as exc:
             # A Secret update or a non-atomic copy can leave a file missing for a moment.
-            self._reject(None, f"cannot read: {_describe(exc)}")
+            reason = f"cannot read: {_describe(exc)}"
+            self._reject(reason, reason)
             return False
         digest = material.digest
         if self._loaded is not None and digest == self._loaded.digest:
@@ -287,12 +288,12 @@ class CertReloader:
         )
         return True
 
-    def _reject(self, digest: str | None, reason: str) -> None:
-        if digest is not None and digest == self._rejected_digest:
+    def _reject(self, key: str, reason: str) -> None:
+        """Log a failed reload once per distinct bad state (`key`: content hash or read error)."""
+        if key == self._rejected_digest:
             return
-        if digest is not None:
-            self._rejected_digest = digest
-            self.failures += 1
+        self._rejected_digest = key
+        self.failures += 1
         logger.error("TLS: not reloading %s: %s; keeping the previous certificate", self._files(), reason)
 
     def _warn_removed_cas(self, material: _Material) -> None:

@@ -194,3 +194,51 @@ def test_as_dict_is_printable():
     assert described["state_paths"] == "a,b"
     assert "device_taints=True" in described["features"]
     assert set(described) == set(Settings.__dataclass_fields__)
+
+
+# ---------------------------------------------------------------- TLS combinations
+
+
+def test_tls_files_from_flags_env_and_file(tmp_path):
+    """The TLS paths come from flags, env vars or the file (relative file paths: the file's directory)."""
+    config = tmp_path / "settings.yaml"
+    config.write_text("tlsCertFile: tls/tls.crt\ntlsKeyFile: tls/tls.key\nclientCaFile: /ca/ca.crt\n")
+    from_file = load_settings(_flags(config=str(config)), {})
+    assert (from_file.tls_cert_file, from_file.tls_key_file) == (
+        tmp_path / "tls/tls.crt",
+        tmp_path / "tls/tls.key",
+    )
+    assert from_file.client_ca_file == Path("/ca/ca.crt")
+    environ = {"DRA_EXTENDER_TLS_CERT_FILE": "/e/c", "DRA_EXTENDER_TLS_KEY_FILE": "/e/k"}
+    from_env = load_settings(_flags(), environ)
+    assert (from_env.tls_cert_file, from_env.tls_key_file, from_env.client_ca_file) == (
+        Path("/e/c"),
+        Path("/e/k"),
+        None,
+    )
+    from_flags = load_settings(
+        _flags(tls_cert_file="/f/c", tls_key_file="/f/k", client_ca_file="/f/ca"), environ
+    )
+    assert (from_flags.tls_cert_file, from_flags.client_ca_file) == (Path("/f/c"), Path("/f/ca"))
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"tls_cert_file": "/c"}, "tls_cert_file and tls_key_file must be given together"),
+        ({"tls_key_file": "/k"}, "tls_cert_file and tls_key_file must be given together"),
+        ({"client_ca_file": "/ca"}, r"client_ca_file \(--client-ca-file\) needs HTTPS"),
+        ({"tls_key_file": "/k", "client_ca_file": "/ca"}, "must be given together"),
+    ],
+    ids=["cert-without-key", "key-without-cert", "client-ca-without-https", "key-and-ca-without-cert"],
+)
+def test_incomplete_tls_settings_are_rejected(given, message):
+    """HTTPS needs both certificate and key; mutual TLS needs HTTPS."""
+    with pytest.raises(ValueError, match=message):
+        load_settings(_flags(**given), {})
+
+
+def test_tls_combination_is_checked_across_layers():
+    """A certificate from the environment and a key from a flag make a valid pair."""
+    settings = load_settings(_flags(tls_key_file="/k"), {"DRA_EXTENDER_TLS_CERT_FILE": "/c"})
+    assert (settings.tls_cert_file, settings.tls_key_file) == (Path("/c"), Path("/k"))
