@@ -51,7 +51,7 @@ class Settings:
     """State files or directories to load the cluster from; empty means the embedded sample."""
 
     kube: bool = False
-    """Watch a real cluster through the API server instead of reading state files (not implemented yet)."""
+    """Watch a real cluster through the API server (list+watch) instead of reading state files."""
 
     kubeconfig: Path | None = None
     """Kubeconfig for `kube` mode; None means in-cluster config or the client's default lookup."""

@@ -6,7 +6,7 @@ only the server and the wire codec, never the allocator.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from extender.server import make_app
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScore
+from tests.fakeapi.server import FakeApiServer
 
 
 class FakePlacement:
@@ -87,3 +88,13 @@ def app_client(
         return await aiohttp_client(app)
 
     return make
+
+
+@pytest.fixture
+def fake_api() -> Iterator[FakeApiServer]:
+    """A running in-process fake Kubernetes API server (tests/fakeapi/server.py), fresh per test.
+
+    Bookmarks every 0.1 s; `.url`, `.api_client()` and the test hooks are on the yielded object.
+    """
+    with FakeApiServer(bookmark_interval=0.1) as server:
+        yield server

@@ -1,5 +1,5 @@
 """The dra-extender command line (extender.__main__): subcommands, and exit code 2 with a message
-for bad settings, unreadable state and --kube."""
+for bad settings, unreadable state and an unusable kubeconfig."""
 
 from __future__ import annotations
 
@@ -52,10 +52,13 @@ def test_malformed_state_file_exits_2(tmp_path, capsys):
     assert "Traceback" not in err
 
 
-def test_kube_is_not_implemented_yet(capsys):
-    """--kube exits 2 with a clear message."""
-    assert main(["serve", "--kube", "--log-level", "error"]) == 2
-    assert "--kube is not implemented yet" in capsys.readouterr().err
+def test_kube_without_a_usable_kubeconfig_exits_2(capsys, tmp_path):
+    """--kube with an unreadable kubeconfig exits 2 with a clear message, before serving."""
+    missing = tmp_path / "no-such-kubeconfig"
+    assert main(["serve", "--kube", "--kubeconfig", str(missing), "--log-level", "error"]) == 2
+    err = capsys.readouterr().err
+    assert "--kube: cannot load the Kubernetes client configuration" in err
+    assert "Traceback" not in err
 
 
 def test_bad_listen_exits_2(capsys):

@@ -76,38 +76,35 @@ class WatchedKind:
     keep: Callable[[Obj], bool] | None = None  # objects failing it are treated as absent
 
 
+def _lister(api: str, method: str) -> Callable[[client.ApiClient], ListFn]:
+    """Factory of the typed list method `client.<api>(api_client).<method>`."""
+    return lambda api_client: getattr(getattr(client, api)(api_client), method)
+
+
+_DRA = "resource.k8s.io/"
 WATCHED_KINDS: tuple[WatchedKind, ...] = (
-    WatchedKind("Node", (("v1", lambda c: client.CoreV1Api(c).list_node),)),
-    WatchedKind("Namespace", (("v1", lambda c: client.CoreV1Api(c).list_namespace),)),
+    WatchedKind("Node", (("v1", _lister("CoreV1Api", "list_node")),)),
+    WatchedKind("Namespace", (("v1", _lister("CoreV1Api", "list_namespace")),)),
+    WatchedKind("Pod", (("v1", _lister("CoreV1Api", "list_pod_for_all_namespaces")),), keep=_has_claims),
+    WatchedKind("ResourceSlice", ((_DRA + "v1", _lister("ResourceV1Api", "list_resource_slice")),)),
+    WatchedKind("DeviceClass", ((_DRA + "v1", _lister("ResourceV1Api", "list_device_class")),)),
     WatchedKind(
-        "Pod", (("v1", lambda c: client.CoreV1Api(c).list_pod_for_all_namespaces),), keep=_has_claims
-    ),
-    WatchedKind(
-        "ResourceSlice", (("resource.k8s.io/v1", lambda c: client.ResourceV1Api(c).list_resource_slice),)
-    ),
-    WatchedKind(
-        "DeviceClass", (("resource.k8s.io/v1", lambda c: client.ResourceV1Api(c).list_device_class),)
-    ),
-    WatchedKind(
-        "ResourceClaim",
-        (("resource.k8s.io/v1", lambda c: client.ResourceV1Api(c).list_resource_claim_for_all_namespaces),),
+        "ResourceClaim", ((_DRA + "v1", _lister("ResourceV1Api", "list_resource_claim_for_all_namespaces")),)
     ),
     WatchedKind(
         "ResourceClaimTemplate",
-        (
-            (
-                "resource.k8s.io/v1",
-                lambda c: client.ResourceV1Api(c).list_resource_claim_template_for_all_namespaces,
-            ),
-        ),
+        ((_DRA + "v1", _lister("ResourceV1Api", "list_resource_claim_template_for_all_namespaces")),),
     ),
     # DeviceTaintRule is v1alpha3, then v1beta2 (1.36), then v1 (1.37); alpha/beta APIs are often off.
     WatchedKind(
         "DeviceTaintRule",
-        (
-            ("resource.k8s.io/v1", lambda c: client.ResourceV1Api(c).list_device_taint_rule),
-            ("resource.k8s.io/v1beta2", lambda c: client.ResourceV1beta2Api(c).list_device_taint_rule),
-            ("resource.k8s.io/v1alpha3", lambda c: client.ResourceV1alpha3Api(c).list_device_taint_rule),
+        tuple(
+            (_DRA + version, _lister(api, "list_device_taint_rule"))
+            for version, api in (
+                ("v1", "ResourceV1Api"),
+                ("v1beta2", "ResourceV1beta2Api"),
+                ("v1alpha3", "ResourceV1alpha3Api"),
+            )
         ),
         optional=True,
     ),
@@ -135,8 +132,12 @@ def load_api_client(settings: Settings) -> client.ApiClient:
         try:
             # In a pod (service account token mounted, KUBERNETES_SERVICE_HOST set) this succeeds.
             config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=configuration)
+        except config.ConfigException as in_cluster:
+            try:
+                config.load_kube_config(client_configuration=configuration)
+            except config.ConfigException as exc:
+                # Name both attempts: in a pod the in-cluster failure is the one that matters.
+                raise config.ConfigException(f"not in a cluster ({in_cluster}) and {exc}") from exc
     # One long-lived watch per kind plus lists and binder calls share the pool.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 4 * len(WATCHED_KINDS))
     return client.ApiClient(configuration)
@@ -366,8 +367,8 @@ class KubeSource:
                     break
                 delay = backoff.next()
                 self._mark_behind(watch)
-                if isinstance(exc, ApiException) and exc.status == 410:
-                    watch.rv = None  # too old even for a watch: list again
+                if isinstance(exc, ApiException) and exc.status == 404:
+                    watch.rv = None  # the API went away: list again, which finds a served version
                 log.warning("%s: %s; retrying in %.1f s", watch.spec.kind, _describe(exc), delay)
                 self._stopping.wait(delay)
             finally:
@@ -380,7 +381,12 @@ class KubeSource:
             backoff.reset()
         while not self._stopping.is_set():
             started = self._clock()
-            outcome, lines = self._watch_once(watch)
+            try:
+                outcome, lines = self._watch_once(watch)
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
+                outcome, lines = GONE, 0  # refused up front rather than as an ERROR event
             if self._stopping.is_set():
                 return
             if outcome in (GONE, STALLED):

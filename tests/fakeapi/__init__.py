@@ -1,0 +1,1 @@
+"""An in-process fake Kubernetes API server for integration tests (see `server.py`)."""

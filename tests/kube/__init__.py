@@ -1,0 +1,1 @@
+"""Tests of the kube watch source against the fake API server."""
