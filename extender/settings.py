@@ -152,8 +152,9 @@ class Settings:
     kernel_max_work: int = 4096
     """Bound on exact-search steps per node in the topology kernel; beyond it a greedy pass runs."""
 
-    kernel_threads: int = 0
-    """Threads of the topology kernels (numba); 0 keeps numba's default (one per core)."""
+    kernel_threads: int = 1
+    """Threads of the topology kernels (numba); 0 uses one per core. One by default: parallel kernel
+    threads compete with the event loop on small machines (loadtests/README.md)."""
 
     def topology(self) -> TopologySettings:
         """The topology model and scoring settings these settings describe."""
