@@ -66,7 +66,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         except ConfigException as exc:
             return _fail(f"--kube: cannot load the Kubernetes client configuration: {exc}")
         app = make_app(settings, placement=placement, binder=binder)
-        app.cleanup_ctx.append(source.app_context)  # list+watch on the app's loop; /readyz waits for it
+        # list+watch, then the leader election, on the app's loop; /readyz waits for the sync
+        app.cleanup_ctx.append(wiring.kube_app_context(source, binder))
         _run_app(app, settings, ssl_context)
         return 0
 

@@ -20,9 +20,13 @@ Why binds cannot hand out one device twice, step by step:
 5. the assumed entries stay until the watch shows the written claims (then the written
    allocation counts, and `collect_allocated` skips an assumed entry whose claim shows an
    allocation, so nothing counts twice) or until they expire. A failed bind forgets them.
-Across replicas, leader election keeps a single binder, and a claim written by someone else
-meanwhile is caught by the resourceVersion precondition (409): we re-read, and give up
-cleanly if it was allocated elsewhere or deleted.
+Across replicas, leader election keeps a single binder: a follower refuses at once, and
+leadership is checked again before every write, so a bind that outlives the Lease stops (and
+undoes its writes) instead of racing the new leader. A claim written by someone else meanwhile
+is caught by the resourceVersion precondition (409): we re-read, retry while it is still
+unallocated, and give up cleanly if it was allocated elsewhere or deleted. The API server
+checks claims one by one, not devices across claims: only the choose lock, the AssumeCache
+and a single leader keep two claims off one device.
 
 A failure after some writes undoes them before answering: our `reservedFor` entry is removed,
 our allocation too if no other consumer remains, and the finalizer we added if the claim is
@@ -51,6 +55,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from extender import telemetry
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.claims import RESERVED_FOR_MAX, allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
@@ -158,9 +163,15 @@ class KubeBinder:
         # watch. Written and read on the event loop by binds only.
         self._written: dict[str, tuple[str, str]] = {}
 
+    @property
+    def elector(self) -> LeaderView | None:
+        """The leader elector this binder defers to (None: every replica binds)."""
+        return self._elector
+
     def close(self) -> None:
-        """Stop the thread pool (binds still running finish their current call)."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Stop accepting API calls; calls already queued still run, so binds in flight finish
+        their current request (new requests, e.g. an undo, then fail and are logged)."""
+        self._executor.shutdown(wait=False)
 
     # ------------------------------------------------------------------ BindService
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
@@ -170,13 +181,10 @@ class KubeBinder:
 
     async def bind_with_reason(self, *, namespace: str, name: str, uid: str, node: str) -> tuple[str, str]:
         """Like `bind`, plus the outcome reason (one of BIND_REASONS) for metrics."""
-        if self._elector is not None and not self._elector.is_leader():
-            holder = self._elector.holder() or "nobody"
-            return (
-                f"not the leader: this replica ({self._elector.identity}) does not bind; "
-                f"the Lease {self._elector.lease_ref} is held by {holder}",
-                NOT_LEADER,
-            )
+        try:
+            self._check_leader()
+        except BindFailure as exc:
+            return str(exc), exc.reason
         task = asyncio.ensure_future(self._bind(namespace=namespace, name=name, uid=uid, node=node))
         try:
             # Shielded: a cancelled handler must not interrupt writes or their undo.
@@ -191,6 +199,18 @@ class KubeBinder:
             log.warning("bind pod=%s/%s node=%s: API error: %s", namespace, name, node, _describe(exc))
             return f"pod {namespace}/{name}: API error: {_describe(exc)}", API_ERROR
         return "", OK
+
+    def _check_leader(self) -> None:
+        """Refuse unless leading. Checked before every write, not only at the start: a bind
+        that outlives our leadership stops before its next write (its undo still runs)."""
+        if self._elector is None or self._elector.is_leader():
+            return
+        holder = self._elector.holder() or "nobody"
+        raise BindFailure(
+            f"not the leader: this replica ({self._elector.identity}) does not bind; "
+            f"the Lease {self._elector.lease_ref} is held by {holder}",
+            NOT_LEADER,
+        )
 
     # ------------------------------------------------------------------ the bind
     async def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
@@ -208,6 +228,7 @@ class KubeBinder:
         try:
             for write in writes:
                 await self._write_claim(write, consumer)
+            self._check_leader()
             await self._create_binding(namespace=namespace, name=name, uid=pod_uid, node=node)
         except BaseException:
             for write in reversed(writes):
@@ -311,6 +332,7 @@ class KubeBinder:
         """Write finalizer, allocation and reservation (or only the reservation), retrying 409s."""
         current = write.current
         for _ in range(self._max_attempts):
+            self._check_leader()
             if current is None:
                 current = await self._read_claim(write)
             _check_claim(write, current)
@@ -409,7 +431,7 @@ class KubeBinder:
                 return
         except BindFailure:
             return  # the claim is gone: nothing left to undo
-        except _API_ERRORS as exc:
+        except Exception as exc:  # an undo must never mask the failure being answered
             log.error("bind undo: claim %s: %s; it may keep this bind's writes", write.ref, _describe(exc))
             return
         log.error("bind undo: claim %s kept changing; it may keep this bind's writes", write.ref)
@@ -465,8 +487,10 @@ class KubeBinder:
         return await self._write(self._resource.replace_namespaced_resource_claim_status, body, write)
 
     async def _write(self, method: Callable[..., Any], body: Any, write: _ClaimWrite) -> Obj:
+        attributes = {"k8s.resource": "resourceclaims", "k8s.object": write.ref, "k8s.call": method.__name__}
         try:
-            raw = await self._call(method, write.name, write.namespace, body, _preload_content=False)
+            with telemetry.span(telemetry.SPAN_API_WRITE, **attributes):
+                raw = await self._call(method, write.name, write.namespace, body, _preload_content=False)
         except ApiException as exc:
             if exc.status == 409:
                 raise _Conflict from None
@@ -482,9 +506,15 @@ class KubeBinder:
         )
         try:
             # Raw response: the server answers with a Status, which the V1Binding model rejects.
-            await self._call(
-                self._core.create_namespaced_pod_binding, name, namespace, body, _preload_content=False
-            )
+            attributes = {
+                "k8s.resource": "pods/binding",
+                "k8s.object": f"{namespace}/{name}",
+                "k8s.node": node,
+            }
+            with telemetry.span(telemetry.SPAN_API_WRITE, **attributes):
+                await self._call(
+                    self._core.create_namespaced_pod_binding, name, namespace, body, _preload_content=False
+                )
         except ApiException as exc:
             if exc.status == 404:
                 raise BindFailure(f"pod {namespace}/{name} does not exist", POD_GONE) from None

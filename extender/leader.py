@@ -39,7 +39,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -214,6 +214,15 @@ class LeaderElector:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), delay)
 
+    async def app_context(self, app: Any) -> AsyncIterator[None]:
+        """aiohttp `cleanup_ctx` entry: campaign while the app runs, release the Lease on shutdown."""
+        task = asyncio.create_task(self.run(), name=f"leader-election-{self.lease_ref}")
+        try:
+            yield
+        finally:
+            await self.stop(release=True)
+            await task
+
     async def stop(self, release: bool = True) -> None:
         """End `run()`; with `release`, give the Lease up so a follower takes over at once."""
         self._stopped.set()
@@ -224,11 +233,15 @@ class LeaderElector:
             log.warning("leader election: releasing Lease %s failed: %s", self.lease_ref, exc)
         finally:
             self._leading = False
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            # Not cancelling queued calls: run() may be awaiting one and must see it finish.
+            self._executor.shutdown(wait=False)
 
     async def try_acquire_or_renew(self) -> bool:
         """One election round: read the Lease, take or renew it if allowed; True if we lead."""
         result = await self._call(self._round_blocking)
+        if self._stopped.is_set():  # stop() ran meanwhile: its release wins over this renewal
+            self._leading = False
+            return False
         self._holder = result.holder
         if result.renewed_at is not None:
             self._leading = True

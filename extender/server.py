@@ -226,10 +226,15 @@ async def handle_bind(request: web.Request) -> web.Response:
     outcome.namespace, outcome.name, outcome.uid = args["PodNamespace"], args["PodName"], args["PodUID"]
     outcome.node, outcome.nodes_in = args["Node"], 1
     try:
-        error = await request.app[BINDER_KEY].bind(
-            namespace=args["PodNamespace"], name=args["PodName"], uid=args["PodUID"], node=args["Node"]
-        )
-        outcome.reason = telemetry.bind_reason(error)
+        binder = request.app[BINDER_KEY]
+        call = {"namespace": args["PodNamespace"], "name": args["PodName"], "uid": args["PodUID"]}
+        with_reason = getattr(binder, "bind_with_reason", None)
+        if with_reason is not None:  # the kube binder names its outcome itself
+            error, reason = await with_reason(**call, node=args["Node"])
+            outcome.reason = reason if reason in telemetry.BIND_REASONS else "error"
+        else:
+            error = await binder.bind(**call, node=args["Node"])
+            outcome.reason = telemetry.bind_reason(error)
     except Exception as exc:
         logger.exception("bind pod=%s node=%s: unexpected error", outcome.pod_ref, args["Node"])
         outcome.reason = telemetry.bind_reason(exc)

@@ -77,7 +77,21 @@ FILTER_NODE_RESULTS: tuple[str, ...] = ("passed", "failed", "unresolvable")
 FILTER_ERROR_REASONS: tuple[str, ...] = ("not_ready", "error")
 PRIORITIZE_NODE_RESULTS: tuple[str, ...] = ("scored", "zero")
 #: The `reason` label of bind outcomes; anything else is counted as "error" (bounded cardinality).
-BIND_REASONS: tuple[str, ...] = ("ok", "error", "not_leader", "conflict", "not_found", "not_ready", "timeout")
+BIND_REASONS: tuple[str, ...] = (
+    "ok",
+    "error",
+    "not_leader",
+    "conflict",
+    "not_found",
+    "not_ready",
+    "timeout",
+    # the kube-mode binder's own reasons (extender.kube_binder.BIND_REASONS)
+    "claim_gone",
+    "allocated_elsewhere",
+    "no_fit",
+    "api_error",
+    "pod_gone",
+)
 
 
 # ===================================================================== tracing

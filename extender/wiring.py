@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     import kubernetes.client
 
     from extender.cluster.kube import KubeSource
+    from extender.kube_binder import KubeBinder
     from extender.verdicts import BindService
 
 log = logging.getLogger(__name__)
@@ -50,17 +53,6 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-#: What /bind answers in kube mode until the API-server binder is wired in.
-NO_KUBE_BINDER = "allocator-mode bind against the API server is not available in this build"
-
-
-class UnavailableBinder:
-    """BindService placeholder for kube mode: every bind fails with NO_KUBE_BINDER."""
-
-    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
-        return NO_KUBE_BINDER
-
-
 def build_kube_services(
     settings: Settings,
     loop: asyncio.AbstractEventLoop | None = None,
@@ -75,18 +67,21 @@ def build_kube_services(
         api_client: a ready client (tests); None loads kubeconfig or in-cluster config.
 
     Returns:
-        The services; start the source with `app.cleanup_ctx.append(source.app_context)`.
+        The services; run them with `app.cleanup_ctx.append(kube_app_context(source, binder))`,
+        which starts the watch, then the leader election (when `settings.leader_elect`), and
+        on shutdown releases the Lease, closes the binder's thread pool and stops the watch.
         `placement.ready()` is False until every watched kind has been listed.
 
     Raises:
         kubernetes.config.ConfigException: no usable client configuration.
     """
     from extender.cluster import kube
+    from extender.kube_binder import KubeBinder
+    from extender.leader import LeaderElector
 
     state = ClusterState()
-    source = kube.KubeSource(
-        state, settings, api_client=api_client or kube.load_api_client(settings), loop=loop
-    )
+    api_client = api_client or kube.load_api_client(settings)
+    source = kube.KubeSource(state, settings, api_client=api_client, loop=loop)
     placement = Placement(
         state,
         features=settings.features,
@@ -97,7 +92,35 @@ def build_kube_services(
     )
     placement.source_stats = source.stats  # type: ignore[attr-defined]  # read by telemetry
     prepare_kernels(settings)
-    return placement, UnavailableBinder(), source
+    elector = None
+    if settings.leader_elect:
+        elector = LeaderElector(
+            api_client,
+            namespace=settings.leader_lease_namespace,
+            name=settings.leader_lease_name,
+            lease_duration=settings.lease_duration_seconds,
+            renew_deadline=settings.renew_deadline_seconds,
+            retry_period=settings.retry_period_seconds,
+        )
+    binder = KubeBinder(api_client, state, placement, elector=elector)
+    return placement, binder, source
+
+
+def kube_app_context(source: KubeSource, binder: KubeBinder) -> Callable[[Any], AsyncIterator[None]]:
+    """One aiohttp cleanup_ctx entry for kube mode: start the watch, then campaign; on shutdown
+    release the Lease first (a follower takes over at once), close the binder, stop the watch."""
+    from extender.leader import LeaderElector
+
+    async def app_context(app: Any) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(contextlib.asynccontextmanager(source.app_context)(app))
+            stack.callback(binder.close)
+            if isinstance(binder.elector, LeaderElector):
+                context = contextlib.asynccontextmanager(binder.elector.app_context)
+                await stack.enter_async_context(context(app))
+            yield
+
+    return app_context
 
 
 def prepare_kernels(settings: Settings) -> None:

@@ -1,0 +1,464 @@
+"""KubeBinder against the fake API server with the real `kubernetes` client and the real watch.
+
+Scope: what bind writes in allocator mode (finalizer, status.allocation, status.reservedFor,
+then the Binding) and in the default profile (only the Binding); 409 retries; claims
+allocated elsewhere or deleted mid-bind; undo after partial writes; concurrent binds on the
+last free device; leadership; template-generated claims. The cluster state is fed by
+`extender.cluster.kube.KubeSource` watching the fake server, as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from extender.binder import DELETE_PROTECTION_FINALIZER
+from extender.kube_binder import (
+    ALLOCATED_ELSEWHERE,
+    API_ERROR,
+    CLAIM_GONE,
+    CONFLICT,
+    NO_FIT,
+    NOT_LEADER,
+    OK,
+    POD_GONE,
+)
+from tests.fakeapi.server import FakeApiServer, RequestInfo
+from tests.kube_bind.cluster import (
+    NAMESPACE,
+    Harness,
+    allocated_devices,
+    allocation,
+    claim,
+    device_class,
+    gpu_slice,
+    node,
+    pod,
+    reserved_uids,
+    until,
+    writes,
+)
+
+CLAIM_UPDATE = ("update", "resourceclaims", "")
+STATUS_UPDATE = ("update", "resourceclaims", "status")
+BINDING = ("create", "pods", "binding")
+
+
+def seed(
+    api: FakeApiServer, *, gpus: dict[str, int], claims: dict[str, int], pods: dict[str, list[str]]
+) -> None:
+    """Nodes with GPUs, claims asking for N GPUs, pods using claims by name."""
+    api.put_object(device_class())
+    for name, count in gpus.items():
+        api.put_object(node(name))
+        api.put_object(gpu_slice(name, count))
+    for name, count in claims.items():
+        api.put_object(claim(name, count=count))
+    for name, uses in pods.items():
+        api.put_object(pod(name, uses))
+
+
+def untouched(claim_obj: dict) -> bool:
+    """Nothing a bind writes is on the claim."""
+    return (
+        DELETE_PROTECTION_FINALIZER not in (claim_obj["metadata"].get("finalizers") or [])
+        and not (claim_obj.get("status") or {}).get("allocation")
+        and not reserved_uids(claim_obj)
+    )
+
+
+async def test_allocator_mode_writes_finalizer_then_status_then_binding(fake_api: FakeApiServer):
+    """A pending claim gets the finalizer, its allocation and the pod's reservation; then the Binding."""
+    seed(fake_api, gpus={"n1": 2}, claims={"c1": 2}, pods={"p1": ["c1"]})
+    async with Harness(fake_api) as h:
+        fake_api.clear_request_log()
+        assert await h.bind("p1", "n1") == ("", OK)
+        assert writes(fake_api) == [CLAIM_UPDATE, STATUS_UPDATE, BINDING]
+        c1, p1 = h.claim("c1"), h.pod("p1")
+        assert c1["metadata"]["finalizers"] == [DELETE_PROTECTION_FINALIZER]
+        assert sorted(allocated_devices(c1)) == ["n1/gpu-0", "n1/gpu-1"]
+        assert c1["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0][
+            "values"
+        ] == ["n1"]
+        assert c1["status"]["reservedFor"] == [
+            {"resource": "pods", "name": "p1", "uid": p1["metadata"]["uid"]}
+        ]
+        assert p1["spec"]["nodeName"] == "n1"
+
+
+async def test_assumed_devices_are_excluded_until_the_watch_shows_the_write(fake_api: FakeApiServer):
+    """Right after bind the devices are assumed; once the watch delivers the claim, the written
+    allocation holds them and the assumed entry is dropped at the next bind (no double count)."""
+    seed(fake_api, gpus={"n1": 2}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1"], "p2": ["c2"]})
+    async with Harness(fake_api) as h:
+        assert await h.bind("p1", "n1") == ("", OK)
+        c1_uid = h.claim("c1")["metadata"]["uid"]
+        assert c1_uid in h.placement.assumed.active()
+        await h.caught_up()
+        assert await h.bind("p2", "n1") == ("", OK)
+        assert c1_uid not in h.placement.assumed.active()  # pruned: the state shows the write
+        assert allocated_devices(h.claim("c1")) != allocated_devices(h.claim("c2"))
+
+
+async def test_conflict_on_status_write_is_retried(fake_api: FakeApiServer):
+    """Someone bumps the claim's resourceVersion between our read and our status write: 409,
+    re-read, write again, success."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    bumped: list[str] = []
+
+    def bump_once(info: RequestInfo) -> None:
+        if (info.verb, info.resource, info.subresource) == STATUS_UPDATE and not bumped:
+            current = fake_api.get_object("ResourceClaim", "c1", NAMESPACE)
+            current["metadata"].setdefault("labels", {})["touched"] = "yes"
+            bumped.append(fake_api.put_object(current)["metadata"]["resourceVersion"])
+
+    async with Harness(fake_api) as h:
+        fake_api.clear_request_log()
+        fake_api.on_request = bump_once
+        assert await h.bind("p1", "n1") == ("", OK)
+        assert writes(fake_api) == [CLAIM_UPDATE, STATUS_UPDATE, STATUS_UPDATE, BINDING]
+        assert ("get", "resource.k8s.io", "resourceclaims", "", NAMESPACE) in fake_api.request_log()
+        c1 = h.claim("c1")
+        assert c1["metadata"]["labels"] == {"touched": "yes"}  # the other writer's change survives
+        assert allocated_devices(c1) == ["n1/gpu-0"]
+        assert reserved_uids(c1) == [h.pod("p1")["metadata"]["uid"]]
+
+
+async def test_conflicts_beyond_the_retry_budget_fail_cleanly(fake_api: FakeApiServer):
+    """A claim that changes before every write gives up with `conflict` and keeps nothing of ours."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+
+    def always_bump(info: RequestInfo) -> None:
+        if (info.verb, info.resource, info.subresource) == STATUS_UPDATE:
+            current = fake_api.get_object("ResourceClaim", "c1", NAMESPACE)
+            fake_api.put_object(current)
+
+    async with Harness(fake_api) as h:
+        fake_api.on_request = always_bump
+        error, reason = await h.bind("p1", "n1")
+        fake_api.on_request = None
+        assert reason == CONFLICT and "still conflicting" in error
+        assert untouched(h.claim("c1"))
+        assert len(h.placement.assumed) == 0
+        assert "nodeName" not in h.pod("p1")["spec"]
+
+
+async def test_claim_allocated_elsewhere_during_bind_undoes_everything(fake_api: FakeApiServer):
+    """The pod's second claim is allocated by another scheduler while we write it: the bind
+    fails, the first claim loses our allocation, reservation and finalizer, no Binding."""
+    seed(fake_api, gpus={"n1": 4}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1", "c2"]})
+    other = {"resource": "pods", "name": "other", "uid": "uid-of-other"}
+
+    seen: list[tuple[str, str, str, str]] = []
+
+    def steal_c2(info: RequestInfo) -> None:
+        seen.append((info.verb, info.resource, info.subresource, info.name))
+        if (info.verb, info.resource, info.subresource, info.name) == (*STATUS_UPDATE, "c2"):
+            current = fake_api.get_object("ResourceClaim", "c2", NAMESPACE)
+            if not (current.get("status") or {}).get("allocation"):
+                current["status"] = {"allocation": allocation("n1", ["gpu-3"]), "reservedFor": [other]}
+                fake_api.put_object(current)
+
+    async with Harness(fake_api) as h:
+        fake_api.clear_request_log()
+        fake_api.on_request = steal_c2
+        error, reason = await h.bind("p1", "n1")
+        fake_api.on_request = None
+        assert reason == ALLOCATED_ELSEWHERE, error
+        assert "c2" in error and "allocated elsewhere" in error
+        # c1 was fully written first, then rolled back: status first, finalizer last.
+        c1_writes = [entry[:3] for entry in seen if entry[3] == "c1" and entry[0] == "update"]
+        assert c1_writes == [CLAIM_UPDATE, STATUS_UPDATE, STATUS_UPDATE, CLAIM_UPDATE]
+        assert untouched(h.claim("c1"))
+        c2 = h.claim("c2")
+        assert allocated_devices(c2) == ["n1/gpu-3"] and reserved_uids(c2) == ["uid-of-other"]
+        # The finalizer now protects the other scheduler's allocation: it stays.
+        assert c2["metadata"]["finalizers"] == [DELETE_PROTECTION_FINALIZER]
+        assert BINDING not in writes(fake_api)
+        assert "nodeName" not in h.pod("p1")["spec"]
+        assert len(h.placement.assumed) == 0
+
+
+async def test_claim_allocated_elsewhere_before_bind_reads_it(fake_api: FakeApiServer):
+    """The watch has not shown the foreign allocation yet: our first write 409s, the re-read
+    shows it, and we stop without writing anything."""
+    seed(fake_api, gpus={"n1": 2}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    async with Harness(fake_api) as h:
+        fake_api.stall_watches("resourceclaims")
+        current = h.claim("c1")
+        current["metadata"]["finalizers"] = [DELETE_PROTECTION_FINALIZER]
+        current["status"] = {
+            "allocation": allocation("n1", ["gpu-1"]),
+            "reservedFor": [{"resource": "pods", "name": "x", "uid": "x"}],
+        }
+        fake_api.put_object(current)
+        fake_api.clear_request_log()
+        error, reason = await h.bind("p1", "n1")
+        assert reason == ALLOCATED_ELSEWHERE, error
+        assert writes(fake_api) == [CLAIM_UPDATE]  # sent with the stale resourceVersion: 409
+        assert reserved_uids(h.claim("c1")) == ["x"]
+        fake_api.unstall("resourceclaims")
+
+
+async def test_claim_deleted_during_bind_fails_and_releases_our_finalizer(fake_api: FakeApiServer):
+    """The claim is deleted between our finalizer and status writes: claim_gone; removing our
+    finalizer lets the deletion complete; the other claim is rolled back."""
+    seed(fake_api, gpus={"n1": 4}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1", "c2"]})
+
+    def delete_c2(info: RequestInfo) -> None:
+        if (info.verb, info.resource, info.subresource, info.name) == (*STATUS_UPDATE, "c2"):
+            fake_api.delete_object("ResourceClaim", "c2", NAMESPACE)
+
+    async with Harness(fake_api) as h:
+        fake_api.clear_request_log()
+        fake_api.on_request = delete_c2
+        error, reason = await h.bind("p1", "n1")
+        fake_api.on_request = None
+        assert reason == CLAIM_GONE, error
+        assert "being deleted" in error
+        assert fake_api.get_object("ResourceClaim", "c2", NAMESPACE) is None  # deletion completed
+        assert untouched(h.claim("c1"))
+        assert BINDING not in writes(fake_api)
+        assert len(h.placement.assumed) == 0
+
+
+async def test_claim_without_finalizer_deleted_during_bind(fake_api: FakeApiServer):
+    """A claim that vanishes before our first write (404) fails the bind with claim_gone."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+
+    def delete_c1(info: RequestInfo) -> None:
+        if (info.verb, info.resource, info.subresource) == CLAIM_UPDATE:
+            fake_api.delete_object("ResourceClaim", "c1", NAMESPACE)
+
+    async with Harness(fake_api) as h:
+        fake_api.on_request = delete_c1
+        error, reason = await h.bind("p1", "n1")
+        fake_api.on_request = None
+        assert reason == CLAIM_GONE and "deleted" in error
+        assert "nodeName" not in h.pod("p1")["spec"]
+        assert len(h.placement.assumed) == 0
+
+
+async def test_binding_failure_after_claim_writes_undoes_them(fake_api: FakeApiServer):
+    """The Binding POST fails (500): the claims written for the pod are rolled back."""
+    seed(fake_api, gpus={"n1": 2}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1", "c2"]})
+    async with Harness(fake_api) as h:
+        fake_api.fail_next(1, status=500, verb="create", resource="pods", subresource="binding")
+        error, reason = await h.bind("p1", "n1")
+        assert reason == API_ERROR and "500" in error
+        assert untouched(h.claim("c1")) and untouched(h.claim("c2"))
+        assert len(h.placement.assumed) == 0
+        await h.caught_up()
+        assert await h.bind("p1", "n1") == ("", OK)  # the scheduler's retry succeeds
+
+
+@pytest.mark.parametrize("contenders", [2, 3])
+async def test_concurrent_binds_on_the_last_free_device(fake_api: FakeApiServer, contenders: int):
+    """Several pods race for one free GPU: exactly one bind wins, the others fail with no_fit,
+    and no device ends up in two claims."""
+    claims = {f"c{i}": 1 for i in range(contenders)}
+    pods = {f"p{i}": [f"c{i}"] for i in range(contenders)}
+    seed(fake_api, gpus={"n1": 1}, claims=claims, pods=pods)
+    async with Harness(fake_api) as h:
+        results = await asyncio.gather(*(h.bind(f"p{i}", "n1") for i in range(contenders)))
+        reasons = [reason for _, reason in results]
+        assert reasons.count(OK) == 1 and reasons.count(NO_FIT) == contenders - 1, results
+        allocated = [d for c in fake_api.list_objects("ResourceClaim") for d in allocated_devices(c)]
+        assert allocated == ["n1/gpu-0"]
+        assert writes(fake_api).count(BINDING) == 1
+        assert len(h.placement.assumed) == 1
+
+
+async def test_default_profile_pod_gets_only_a_binding(fake_api: FakeApiServer):
+    """Claims the in-tree plugin allocated and reserved in PreBind are left untouched."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    uid = fake_api.get_object("Pod", "p1", NAMESPACE)["metadata"]["uid"]
+    current = fake_api.get_object("ResourceClaim", "c1", NAMESPACE)
+    current["metadata"]["finalizers"] = [DELETE_PROTECTION_FINALIZER]
+    current["status"] = {
+        "allocation": allocation("n1", ["gpu-0"]),
+        "reservedFor": [{"resource": "pods", "name": "p1", "uid": uid}],
+    }
+    before = fake_api.put_object(current)
+    async with Harness(fake_api) as h:
+        fake_api.clear_request_log()
+        assert await h.bind("p1", "n1") == ("", OK)
+        assert writes(fake_api) == [BINDING]
+        assert h.claim("c1") == before
+        assert h.pod("p1")["spec"]["nodeName"] == "n1"
+        assert len(h.placement.assumed) == 0
+
+
+async def test_pod_without_claims_is_read_from_the_api_and_bound(fake_api: FakeApiServer):
+    """Pods without claims are not watched: the binder reads the pod and only binds it."""
+    seed(fake_api, gpus={"n1": 1}, claims={}, pods={})
+    plain = pod("web", [])
+    del plain["spec"]["resourceClaims"]
+    fake_api.put_object(plain)
+    async with Harness(fake_api) as h:
+        fake_api.clear_request_log()
+        assert await h.bind("web", "n1") == ("", OK)
+        assert writes(fake_api) == [BINDING]
+        assert h.pod("web")["spec"]["nodeName"] == "n1"
+
+
+async def test_shared_allocated_claim_gets_the_new_pod_reserved(fake_api: FakeApiServer):
+    """A claim already allocated for another pod is not re-allocated; the pod is added to reservedFor."""
+    seed(fake_api, gpus={"n1": 1}, claims={"shared": 1}, pods={"p1": ["shared"], "p2": ["shared"]})
+    async with Harness(fake_api) as h:
+        assert await h.bind("p1", "n1") == ("", OK)
+        await h.caught_up()
+        fake_api.clear_request_log()
+        assert await h.bind("p2", "n1") == ("", OK)
+        assert writes(fake_api) == [STATUS_UPDATE, BINDING]
+        shared = h.claim("shared")
+        assert allocated_devices(shared) == ["n1/gpu-0"]
+        assert reserved_uids(shared) == [h.pod("p1")["metadata"]["uid"], h.pod("p2")["metadata"]["uid"]]
+
+
+async def test_bind_is_idempotent_when_the_pod_is_already_bound_there(fake_api: FakeApiServer):
+    """A repeated bind (the first answer was lost) succeeds without writing again."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    async with Harness(fake_api) as h:
+        assert await h.bind("p1", "n1") == ("", OK)
+        await h.caught_up()
+        fake_api.clear_request_log()
+        assert await h.bind("p1", "n1") == ("", OK)
+        assert writes(fake_api) == []
+        error, reason = await h.bind("p1", "n2")
+        assert reason == CONFLICT and "already bound to node n1" in error
+
+
+async def test_pod_uid_mismatch_is_refused(fake_api: FakeApiServer):
+    """A bind for a pod that was re-created (new UID) fails without writes."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    async with Harness(fake_api) as h:
+        fake_api.clear_request_log()
+        error, reason = await h.binder.bind_with_reason(
+            namespace=NAMESPACE, name="p1", uid="stale-uid", node="n1"
+        )
+        assert reason == POD_GONE, error
+        assert writes(fake_api) == []
+
+
+async def test_template_claim_not_created_yet_is_an_error(fake_api: FakeApiServer):
+    """A template pod whose generated claim does not exist yet is refused so the scheduler retries."""
+    seed(fake_api, gpus={"n1": 1}, claims={}, pods={})
+    templated = pod("t1", [])
+    templated["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    fake_api.put_object(templated)
+    async with Harness(fake_api) as h:
+        fake_api.clear_request_log()
+        error, reason = await h.bind("t1", "n1")
+        assert reason == CLAIM_GONE and "not created yet" in error
+        assert writes(fake_api) == []
+
+
+async def test_template_generated_claim_is_allocated(fake_api: FakeApiServer):
+    """The claim the resourceclaim controller generated (owned by the pod) is found and allocated."""
+    seed(fake_api, gpus={"n1": 1}, claims={}, pods={})
+    templated = pod("t1", [])
+    templated["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    stored = fake_api.put_object(templated)
+    generated = claim("t1-gpu-x7k2p")
+    generated["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    generated["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "t1",
+            "uid": stored["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
+    fake_api.put_object(generated)
+    stored["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "t1-gpu-x7k2p"}]}
+    fake_api.put_object(stored)
+    async with Harness(fake_api) as h:
+        await h.caught_up()
+        assert await h.bind("t1", "n1") == ("", OK)
+        assert allocated_devices(h.claim("t1-gpu-x7k2p")) == ["n1/gpu-0"]
+
+
+class _Follower:
+    identity = "replica-b"
+    lease_ref = "kube-system/dra-topology-extender"
+
+    def is_leader(self) -> bool:
+        return False
+
+    def holder(self) -> str:
+        return "replica-a"
+
+
+async def test_non_leader_refuses_without_touching_anything(fake_api: FakeApiServer):
+    """A follower answers with an error naming the Lease and its holder, and sends no request."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    async with Harness(fake_api, elector=_Follower()) as h:
+        uid = h.pod("p1")["metadata"]["uid"]
+        fake_api.clear_request_log()
+        error, reason = await h.binder.bind_with_reason(namespace=NAMESPACE, name="p1", uid=uid, node="n1")
+        assert reason == NOT_LEADER
+        assert (
+            "not the leader" in error
+            and "kube-system/dra-topology-extender" in error
+            and "replica-a" in error
+        )
+        assert [entry for entry in fake_api.request_log() if entry[0] not in ("watch", "list")] == []
+        assert len(h.placement.assumed) == 0
+
+
+class _Flippable:
+    """A leader that loses the Lease when the test says so."""
+
+    identity = "replica-a"
+    lease_ref = "kube-system/dra-topology-extender"
+
+    def __init__(self) -> None:
+        self.leading = True
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    def holder(self) -> str:
+        return "replica-a" if self.leading else "replica-b"
+
+
+async def test_losing_leadership_mid_bind_stops_before_the_next_write(fake_api: FakeApiServer):
+    """Leadership is re-checked before each write: the bind stops and undoes what it wrote."""
+    seed(fake_api, gpus={"n1": 2}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1", "c2"]})
+    leader = _Flippable()
+
+    def lose_after_first_status_write(info: RequestInfo) -> None:
+        if (info.verb, info.resource, info.subresource, info.name) == (*STATUS_UPDATE, "c1"):
+            leader.leading = False
+
+    async with Harness(fake_api, elector=leader) as h:
+        fake_api.on_request = lose_after_first_status_write
+        error, reason = await h.bind("p1", "n1")
+        fake_api.on_request = None
+        assert reason == NOT_LEADER and "replica-b" in error
+        assert untouched(h.claim("c1")) and untouched(h.claim("c2"))
+        assert "nodeName" not in h.pod("p1")["spec"]
+        assert len(h.placement.assumed) == 0
+
+
+async def test_a_cancelled_request_does_not_interrupt_the_bind(fake_api: FakeApiServer):
+    """The scheduler hanging up mid-bind must not leave a claim half-written: the bind finishes."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+
+    async def slow_status(info: RequestInfo) -> None:
+        if (info.verb, info.resource, info.subresource) == STATUS_UPDATE:
+            await asyncio.sleep(0.3)
+
+    async with Harness(fake_api) as h:
+        fake_api.on_request = slow_status
+        request = asyncio.create_task(h.bind("p1", "n1"))
+        await asyncio.sleep(0.15)
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        await until(lambda: h.pod("p1")["spec"].get("nodeName") == "n1", what="the shielded bind to finish")
+        c1 = h.claim("c1")
+        assert allocated_devices(c1) == ["n1/gpu-0"] and reserved_uids(c1) == [h.pod("p1")["metadata"]["uid"]]
