@@ -1,0 +1,750 @@
+"""Placement-quality simulator: first-fit versus topology choice on a churning heterogeneous cluster.
+
+Scope: replays one seeded trace of job arrivals and departures on a generated cluster
+(`bench.topology_cluster`) once per policy, through the service's own placement code, and reports
+how good the placements were. It measures placement quality, not latency under load
+(`bench.filter_bench` does that) and not the HTTP layer.
+
+- Trace: at every step each device family (NVIDIA GPU, MIG, Gaudi, AMD) gets Poisson arrivals at
+  the rate that offers `load` times its capacity for jobs of `mean_lifetime` steps (`SHAPES`
+  gives the mix: 1/2/4/8 GPUs, GPU+NIC in one or two claims, MIG slices, Gaudi, AMD). A job's
+  lifetime is drawn at arrival, so both policies see the same trace; a job that cannot be
+  placed is dropped.
+- A job is a Pod with 1-2 ResourceClaims (`resourceClaimName`), created in the ClusterState
+  just before it is scheduled: `verdict = placement.filter(pod, all_nodes)`; no passed node means
+  not placed. `first-fit` takes the first passed node in cluster order and upstream's first-fit
+  devices (`Placement.allocations_on`); `topology` takes the node `Placement.prioritize` ranks
+  highest (ties: cluster order) and the devices bind would write (`Placement.choose_allocations`).
+  The claims are written as the binder writes them (finalizer, `status.allocation`,
+  `reservedFor`) and deleted when the job departs. Each policy gets a fresh ClusterState and
+  Placement.
+- Metrics (over jobs arriving after `warmup` steps): (1) for every placed claim with >= 2
+  devices, its tier (the most local level all its devices share: nvlink < pcie < numa < socket <
+  node) against the best tier achievable at that moment (the most local level at which some
+  passed node has one group of free devices sharing that level's coordinate that holds every
+  request of the claim); (2) GPU-NIC jobs whose NIC shares a PCIe root with one of the job's
+  GPUs; (3) jobs not placed; (4) after the trace, how many 8-GPU single-claim jobs can still be
+  placed one after another with the same policy (fragmentation); also mean pairwise locality
+  of multi-device claims and the time per decision (filter + node and device choice).
+
+CLI: `python -m bench.placement --nodes 64 --steps 400 --seeds 1 2 3 [--markdown docs/placement.md]
+[--plot docs/placement.png]` prints the table, the machine and the command; `--topology-weights L F P`
+tries other scoring weights, `--probe-every N` sets the 8-GPU probe checkpoints (see `--help`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import topology_cluster as tc
+from extender.allocator.features import Features
+from extender.allocator.model import DeviceID
+from extender.assumed import AssumeCache
+from extender.binder import DELETE_PROTECTION_FINALIZER
+from extender.cluster.state import ClusterState
+from extender.placement import Placement
+from extender.topology import LEVELS, NO_COORD, NODE_LEVEL, TopologySettings
+
+Obj = dict[str, Any]
+
+FIRST_FIT, TOPOLOGY = "first-fit", "topology"
+POLICIES: tuple[str, ...] = (FIRST_FIT, TOPOLOGY)
+TIERS: tuple[str, ...] = (*LEVELS, "node")
+PCIE = LEVELS.index("pcie")
+_UIDS = uuid.UUID("6f1d3c52-94a4-4d0c-9b0e-2f3c1a8e7d10")
+_RESULTS_BEGIN, _RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
+
+#: (request name, device class, count)
+Request = tuple[str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """One kind of job: its claims, the family whose capacity sets its rate, its weight there."""
+
+    name: str
+    family: str  # device class whose capacity drives the arrival rate
+    weight: float  # relative to the other shapes of the family
+    claims: tuple[tuple[Request, ...], ...]
+
+    def devices(self, device_class: str) -> int:
+        return sum(n for claim in self.claims for _, c, n in claim if c == device_class)
+
+
+def _one(name: str, family: str, weight: float, count: int, request: str = "devices") -> JobShape:
+    return JobShape(name, family, weight, (((request, family, count),),))
+
+
+SHAPES: tuple[JobShape, ...] = (
+    _one("gpu-1", tc.GPU_CLASS, 28, 1, "gpus"),
+    _one("gpu-2", tc.GPU_CLASS, 20, 2, "gpus"),
+    _one("gpu-4", tc.GPU_CLASS, 10, 4, "gpus"),
+    _one("gpu-8", tc.GPU_CLASS, 4, 8, "gpus"),
+    JobShape("gpu+nic-1claim", tc.GPU_CLASS, 16, ((("gpu", tc.GPU_CLASS, 1), ("nic", tc.NIC_CLASS, 1)),)),
+    JobShape(
+        "gpu-2+nic-2claims", tc.GPU_CLASS, 8, ((("gpus", tc.GPU_CLASS, 2),), (("nic", tc.NIC_CLASS, 1),))
+    ),
+    _one("mig-1", tc.MIG_CLASS, 60, 1, "slice"),
+    _one("mig-2", tc.MIG_CLASS, 30, 2, "slices"),
+    _one("mig-4", tc.MIG_CLASS, 10, 4, "slices"),
+    _one("gaudi-1", tc.GAUDI_CLASS, 30, 1),
+    _one("gaudi-2", tc.GAUDI_CLASS, 40, 2),
+    _one("gaudi-4", tc.GAUDI_CLASS, 30, 4),
+    _one("amd-1", tc.AMD_CLASS, 30, 1),
+    _one("amd-2", tc.AMD_CLASS, 40, 2),
+    _one("amd-4", tc.AMD_CLASS, 30, 4),
+)
+PROBE_SHAPE = _one("probe-gpu-8", tc.GPU_CLASS, 0, 8, "gpus")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    number: int
+    shape: JobShape
+    arrival: int  # step
+    departure: int  # step at whose start it leaves (> arrival)
+
+    @property
+    def name(self) -> str:
+        return f"job-{self.number:05d}" if self.number >= 0 else f"probe-{-self.number:03d}"
+
+
+@dataclass(slots=True)
+class ClaimRecord:
+    devices: int
+    tier: int  # index into TIERS
+    best: int  # best tier achievable when it was placed
+    locality: float
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job: Job
+    node: str | None  # None: not placed
+    claims: list[ClaimRecord] = field(default_factory=list)
+    devices: list[DeviceID] = field(default_factory=list)
+    gpu_nic_aligned: bool | None = None  # None: not a GPU-NIC job
+    seconds: float = 0.0
+    method: str = ""  # topology: how the chosen node's device set was found
+    error: str = ""  # filter failed as a whole (counted as not placed, reported apart)
+
+
+@dataclass(slots=True)
+class PolicyRun:
+    """One policy over one trace: measured records, the final state and the end probe."""
+
+    policy: str
+    seed: int
+    records: list[JobRecord]
+    live: list[JobRecord]  # placed jobs still running at the end (measured or not)
+    placeable_8gpu: int
+    placeable_8gpu_checkpoints: list[int]  # the probe every `probe_every` measured steps
+    gpu_utilization: float  # mean share of NVIDIA GPUs in use over the measured steps
+    kernel_fallbacks: int  # placement warnings: kernel choice rejected or no set found
+    state: ClusterState
+    placement: Placement
+
+
+def make_trace(
+    cluster: tc.TopologyCluster, *, steps: int, seed: int, load: float, mean_lifetime: float
+) -> list[Job]:
+    """The seeded arrival/departure trace (see module docstring), in arrival order."""
+    rng = np.random.default_rng(seed)
+    families: dict[str, list[JobShape]] = defaultdict(list)
+    for shape in SHAPES:
+        families[shape.family].append(shape)
+    rates: dict[str, float] = {}
+    for family, shapes in families.items():
+        weights = np.array([s.weight for s in shapes])
+        mean_size = float(weights @ np.array([s.devices(family) for s in shapes]) / weights.sum())
+        rates[family] = load * cluster.capacity.get(family, 0) / (mean_size * mean_lifetime)
+    jobs: list[Job] = []
+    for step in range(steps):
+        arriving: list[JobShape] = []
+        for family, shapes in families.items():
+            weights = np.array([s.weight for s in shapes])
+            picks = rng.choice(len(shapes), size=rng.poisson(rates[family]), p=weights / weights.sum())
+            arriving.extend(shapes[i] for i in picks)
+        for i in rng.permutation(len(arriving)):
+            lifetime = max(1, round(rng.exponential(mean_lifetime)))
+            jobs.append(Job(len(jobs) + 1, arriving[i], step, step + lifetime))
+    return jobs
+
+
+# ----------------------------------------------------------------------------- objects
+def _claims(job: Job) -> list[Obj]:
+    out = []
+    for i, requests in enumerate(job.shape.claims):
+        name = f"{job.name}-c{i}"
+        out.append(
+            {
+                "apiVersion": tc.DRA_API,
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": tc.NAMESPACE, "uid": str(uuid.uuid5(_UIDS, name))},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": r,
+                                "exactly": {"deviceClassName": c, "allocationMode": "ExactCount", "count": n},
+                            }
+                            for r, c, n in requests
+                        ]
+                    }
+                },
+            }
+        )
+    return out
+
+
+def _pod(job: Job, claims: list[Obj]) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": job.name, "namespace": tc.NAMESPACE, "uid": str(uuid.uuid5(_UIDS, job.name))},
+        "spec": {
+            "containers": [{"name": "main", "image": "busybox"}],
+            "resourceClaims": [
+                {"name": f"c{i}", "resourceClaimName": c["metadata"]["name"]} for i, c in enumerate(claims)
+            ],
+        },
+    }
+
+
+def _allocated_claim(claim: Obj, allocation: Obj, pod: Obj) -> Obj:
+    """What the binder writes: delete-protection finalizer, allocation, reservedFor the pod."""
+    meta = pod["metadata"]
+    return {
+        **claim,
+        "metadata": {**claim["metadata"], "finalizers": [DELETE_PROTECTION_FINALIZER]},
+        "status": {
+            "allocation": allocation,
+            "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}],
+        },
+    }
+
+
+# ----------------------------------------------------------------------------- topology measures
+def claim_tier(coords: np.ndarray) -> int:
+    """The most local level all rows share (coords: int [k, levels]); NODE_LEVEL if none."""
+    for level in range(NODE_LEVEL):
+        column = coords[:, level]
+        if column[0] != NO_COORD and (column == column[0]).all():
+            return level
+    return NODE_LEVEL
+
+
+def claim_locality(coords: np.ndarray, distances: Sequence[float]) -> float:
+    """1 - (mean pairwise level distance - d_min) / (d_max - d_min); 1 for a single device."""
+    pairs = [claim_tier(coords[[i, j]]) for i in range(len(coords)) for j in range(i + 1, len(coords))]
+    if not pairs:
+        return 1.0
+    mean = float(np.mean([distances[p] for p in pairs]))
+    return 1.0 - (mean - distances[0]) / (distances[-1] - distances[0])
+
+
+def best_tier(placement: Placement, passed: list[str], requests: Sequence[Request]) -> int:
+    """The most local level at which one group of free devices on a passed node holds the claim.
+
+    A group is the devices of one node sharing that level's coordinate; it holds the claim when
+    every request finds its count among the group's free devices of its class (the classes of
+    `SHAPES` never overlap, so per-request counts plus the total suffice).
+    """
+    index = placement.index()
+    _, free = placement.allocated_state()
+    on_passed = np.isin(index.row_node, [index.node_pos[n] for n in passed])
+    masks = [(index.mask(c, ()).match & free & on_passed, n) for _, c, n in requests]
+    union = np.logical_or.reduce([m for m, _ in masks])
+    total = sum(n for _, n in masks)
+    node = index.row_node.astype(np.int64)
+    for level in range(NODE_LEVEL):
+        coords = index.row_coords[:, level].astype(np.int64)
+        chosen = union & (coords != NO_COORD)
+        # coordinates are interned cluster-wide but only meaningful within a node: key by both
+        _, group = np.unique(node[chosen] * (int(coords.max()) + 1) + coords[chosen], return_inverse=True)
+        if group.size == 0:
+            continue
+        fits = np.bincount(group) >= total
+        for mask, count in masks:
+            fits &= np.bincount(group, weights=mask[chosen], minlength=len(fits)) >= count
+        if fits.any():
+            return level
+    return NODE_LEVEL
+
+
+# ----------------------------------------------------------------------------- simulation
+class _WarningCounter(logging.Handler):
+    """Counts placement warnings that mean the kernel's choice was not used."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+def schedule(placement: Placement, nodes: list[str], job: Job, policy: str) -> JobRecord:
+    """Create the job's claims, choose a node and devices by `policy`, write the allocation."""
+    state = placement.state
+    claims = _claims(job)
+    for claim in claims:
+        state.upsert(claim)
+    pod = _pod(job, claims)
+    started = time.perf_counter()
+    verdict = placement.filter(pod, nodes)
+    node, allocations, method = None, None, ""
+    if not verdict.error and verdict.passed:
+        evaluation = placement.evaluate(pod, verdict.passed)
+        if policy == FIRST_FIT:
+            node = verdict.passed[0]
+            allocations = placement.allocations_on(evaluation, node)
+        else:
+            ranked = placement.prioritize(pod, verdict.passed)
+            node = ranked[max(range(len(ranked)), key=lambda i: (ranked[i].score, -i))].host
+            allocations = placement.choose_allocations(evaluation, node)
+            chosen = placement.scores(evaluation, [node]).get(node)
+            method = chosen.method if chosen is not None else ""
+    seconds = time.perf_counter() - started
+    if node is None or allocations is None:
+        for claim in claims:
+            state.delete("ResourceClaim", claim["metadata"]["name"], tc.NAMESPACE)
+        return JobRecord(job, None, seconds=seconds, error=verdict.error)
+    # The best achievable tier is a property of the moment before this job's devices are taken.
+    bests = [best_tier(placement, verdict.passed, requests) for requests in job.shape.claims]
+    index = placement.index()
+    start = index.node_start[index.node_pos[node]]
+    stop = index.node_start[index.node_pos[node] + 1]
+    distances = placement.topology.level_distance
+    by_ref = {a.claim.ref: a for a in allocations}
+    record = JobRecord(job, node, seconds=seconds, method=method)
+    gpu_roots: set[int] = set()
+    nic_roots: list[int] = []
+    for claim, best in zip(claims, bests, strict=True):
+        allocation = by_ref[f"{tc.NAMESPACE}/{claim['metadata']['name']}"]
+        rows = []
+        for result in allocation.devices:
+            found = index.rows_of[result.device.id]
+            row = int(found[(found >= start) & (found < stop)][0])
+            rows.append(row)
+            record.devices.append(result.device.id)
+            root = int(index.row_coords[row, PCIE])
+            if result.device.id.driver == tc.NVIDIA_DRIVER:
+                gpu_roots.add(root)
+            elif result.device.id.driver == tc.NIC_DRIVER:
+                nic_roots.append(root)
+        coords = index.row_coords[rows]
+        record.claims.append(
+            ClaimRecord(len(rows), claim_tier(coords), best, claim_locality(coords, distances))
+        )
+        state.upsert(_allocated_claim(claim, allocation.allocation, pod))
+    if nic_roots and job.shape.devices(tc.GPU_CLASS):
+        record.gpu_nic_aligned = any(r != NO_COORD and r in gpu_roots for r in nic_roots)
+    state.upsert({**pod, "spec": {**pod["spec"], "nodeName": node}})
+    return record
+
+
+def release(state: ClusterState, job: Job) -> None:
+    """The job departs: its pod and claims are deleted (freeing the devices)."""
+    for i in range(len(job.shape.claims)):
+        state.delete("ResourceClaim", f"{job.name}-c{i}", tc.NAMESPACE)
+    state.delete("Pod", job.name, tc.NAMESPACE)
+
+
+def simulate(
+    cluster: tc.TopologyCluster,
+    trace: list[Job],
+    *,
+    policy: str,
+    steps: int,
+    warmup: int,
+    seed: int = 0,
+    probe_every: int = 0,
+    topology: TopologySettings | None = None,
+) -> PolicyRun:
+    """Replay `trace` for `steps` steps under `policy` on a fresh ClusterState and Placement.
+
+    `probe_every` > 0 also runs the 8-GPU probe every that many measured steps (the end value
+    alone depends much on the moment the trace stops). `topology`: the scoring settings
+    (default: the service's defaults).
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"policy {policy!r} is unknown; allowed: {', '.join(POLICIES)}")
+    state = ClusterState.from_objects(cluster.objects)
+    placement = Placement(
+        state, features=Features(), assumed=AssumeCache(), topology=topology or TopologySettings()
+    )
+    warnings = _WarningCounter()
+    placement_log = logging.getLogger("extender.placement")
+    previous_level = placement_log.level
+    if placement_log.getEffectiveLevel() > logging.WARNING:
+        placement_log.setLevel(logging.WARNING)  # the counter must see them even when not printed
+    placement_log.addHandler(warnings)
+    try:
+        arrivals: dict[int, list[Job]] = defaultdict(list)
+        for job in trace:
+            arrivals[job.arrival].append(job)
+        departures: dict[int, list[JobRecord]] = defaultdict(list)
+        records: list[JobRecord] = []
+        gpus_in_use, utilization, probes = 0, [], []
+        for step in range(steps):
+            for record in departures.pop(step, []):
+                release(state, record.job)
+                gpus_in_use -= record.job.shape.devices(tc.GPU_CLASS)
+            for job in arrivals.get(step, []):
+                record = schedule(placement, cluster.node_names, job, policy)
+                if record.node is not None:
+                    departures[job.departure].append(record)
+                    gpus_in_use += job.shape.devices(tc.GPU_CLASS)
+                if step >= warmup:
+                    records.append(record)
+            if step >= warmup:
+                utilization.append(gpus_in_use / max(1, cluster.capacity[tc.GPU_CLASS]))
+                if probe_every > 0 and (step - warmup + 1) % probe_every == 0:
+                    probes.append(probe_8gpu(placement, cluster.node_names, policy))
+        live = [r for pending in departures.values() for r in pending]
+        placeable = probe_8gpu(placement, cluster.node_names, policy)
+    finally:
+        placement_log.removeHandler(warnings)
+        placement_log.setLevel(previous_level)
+    return PolicyRun(
+        policy=policy,
+        seed=seed,
+        records=records,
+        live=live,
+        placeable_8gpu=placeable,
+        placeable_8gpu_checkpoints=probes,
+        gpu_utilization=float(np.mean(utilization)) if utilization else 0.0,
+        kernel_fallbacks=warnings.count,
+        state=state,
+        placement=placement,
+    )
+
+
+def probe_8gpu(placement: Placement, nodes: list[str], policy: str) -> int:
+    """How many 8-GPU jobs still fit, placed one after another; the state is restored after."""
+    placed: list[Job] = []
+    for number in range(1, len(nodes) + 1):
+        job = Job(-number, PROBE_SHAPE, 0, 1)
+        if schedule(placement, nodes, job, policy).node is None:
+            break
+        placed.append(job)
+    for job in placed:
+        release(placement.state, job)
+    return len(placed)
+
+
+# ----------------------------------------------------------------------------- metrics
+#: (key, label, unit, decimals); the first four are the quality metrics the plot shows.
+METRICS: tuple[tuple[str, str, str, int], ...] = (
+    ("best_tier_share", "multi-device claims at best tier", " %", 1),
+    ("gpu_nic_share", "GPU-NIC jobs on one PCIe root", " %", 1),
+    ("unplaced", "jobs not placed", "", 1),
+    ("placeable_8gpu", "8-GPU jobs placeable at end", "", 1),
+    ("placeable_8gpu_mean", "8-GPU jobs placeable (checkpoint mean)", "", 1),
+    ("mean_locality", "mean locality (multi-device claims)", "", 3),
+    ("decision_ms", "ms per decision (mean)", "", 2),
+)
+
+
+def metrics(run: PolicyRun) -> dict[str, float]:
+    """The reported figures of one run, computed from its job records."""
+    placed = [r for r in run.records if r.node is not None]
+    multi = [c for r in placed for c in r.claims if c.devices >= 2]
+    gpu_nic = [r.gpu_nic_aligned for r in placed if r.gpu_nic_aligned is not None]
+    seconds = [r.seconds for r in run.records] or [0.0]
+    return {
+        "jobs": len(run.records),
+        "unplaced": len(run.records) - len(placed),
+        "unplaced_devices": sum(
+            n for r in run.records if r.node is None for claim in r.job.shape.claims for _, _, n in claim
+        ),
+        "multi_claims": len(multi),
+        "best_tier_share": 100.0 * sum(c.tier == c.best for c in multi) / max(1, len(multi)),
+        "gpu_nic_jobs": len(gpu_nic),
+        "gpu_nic_share": 100.0 * sum(gpu_nic) / max(1, len(gpu_nic)),
+        "placeable_8gpu": run.placeable_8gpu,
+        "placeable_8gpu_mean": float(np.mean(run.placeable_8gpu_checkpoints or [run.placeable_8gpu])),
+        "mean_locality": float(np.mean([c.locality for c in multi])) if multi else 1.0,
+        "decision_ms": 1000.0 * float(np.mean(seconds)),
+        "decision_p95_ms": 1000.0 * float(np.percentile(seconds, 95)),
+        "gpu_utilization": 100.0 * run.gpu_utilization,
+        "kernel_fallbacks": run.kernel_fallbacks,
+        "bounded_choices": sum(r.method == "bounded" for r in placed),
+        "first_fit_choices": sum(r.method == "first-fit" for r in placed),
+        "filter_errors": sum(bool(r.error) for r in run.records),
+    }
+
+
+def by_shape(runs: list[PolicyRun]) -> dict[str, dict[str, tuple[int, int, int]]]:
+    """policy -> shape -> (multi-device claims, of them at best tier, jobs not placed), pooled."""
+    out: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0, 0]))
+    for run in runs:
+        for r in run.records:
+            entry = out[run.policy][r.job.shape.name]
+            entry[2] += r.node is None
+            for c in r.claims:
+                if c.devices >= 2:
+                    entry[0] += 1
+                    entry[1] += c.tier == c.best
+    return {p: {s: (v[0], v[1], v[2]) for s, v in shapes.items()} for p, shapes in out.items()}
+
+
+def summarize(all_metrics: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, tuple[float, float]]]:
+    """policy -> metric -> (mean, sample standard deviation over seeds; 0 for one seed)."""
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for policy, per_seed in all_metrics.items():
+        out[policy] = {}
+        for key in per_seed[0]:
+            values = np.array([m[key] for m in per_seed], dtype=float)
+            out[policy][key] = (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0)
+    return out
+
+
+# ----------------------------------------------------------------------------- reporting
+def results_table(summary: dict[str, dict[str, tuple[float, float]]], seeds: int) -> str:
+    """The per-policy results as a Markdown table (mean ± standard deviation over seeds)."""
+    lines = ["| policy | " + " | ".join(m[1] for m in METRICS) + " |", "|---|" + "---:|" * len(METRICS)]
+    for policy, values in summary.items():
+        cells = []
+        for key, _, unit, decimals in METRICS:
+            mean, spread = values[key]
+            cell = f"{mean:.{decimals}f}{unit}"
+            cells.append(f"{cell} ± {spread:.{decimals}f}" if seeds > 1 else cell)
+        lines.append(f"| {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def seed_table(all_metrics: dict[str, list[dict[str, float]]], seeds: list[int]) -> str:
+    """The four quality metrics per seed and policy."""
+    lines = ["| seed | policy | " + " | ".join(m[1] for m in METRICS[:5]) + " |", "|---|---|" + "---:|" * 5]
+    for i, seed in enumerate(seeds):
+        for policy, per_seed in all_metrics.items():
+            cells = [f"{per_seed[i][k]:.{d}f}{u}" for k, _, u, d in METRICS[:5]]
+            lines.append(f"| {seed} | {policy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def shape_table(shapes: dict[str, dict[str, tuple[int, int, int]]]) -> str:
+    """Per job shape and policy: share of multi-device claims at best tier, and jobs not placed."""
+    policies = list(shapes)
+    header = "| shape | " + " | ".join(f"{p}: at best tier | {p}: not placed" for p in policies) + " |"
+    lines = [header, "|---|" + "---:|---:|" * len(policies)]
+    for shape in SHAPES:
+        cells = []
+        for policy in policies:
+            multi, best, unplaced = shapes[policy].get(shape.name, (0, 0, 0))
+            cells.extend([f"{100.0 * best / multi:.1f} % of {multi}" if multi else "-", str(unplaced)])
+        lines.append(f"| {shape.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(all_metrics: dict[str, list[dict[str, float]]], path: Path, title: str) -> None:
+    """Bar chart of the four quality metrics per policy: mean over seeds, dots for each seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 4, figsize=(14, 3.9))
+    policies = list(all_metrics)
+    colors = ["#9e9e9e", "#1f77b4", "#ff7f0e"]
+    for axis, (key, label, unit, decimals) in zip(axes, METRICS[:4], strict=True):
+        per_seed = [[m[key] for m in all_metrics[p]] for p in policies]
+        means = [float(np.mean(v)) for v in per_seed]
+        bars = axis.bar(policies, means, color=colors[: len(policies)], width=0.6)
+        for x, values in enumerate(per_seed):
+            axis.scatter([x] * len(values), values, color="black", s=12, zorder=3)
+        axis.bar_label(bars, labels=[f"{m:.{decimals}f}{unit}" for m in means], padding=3, fontsize=8)
+        top = max(max(v) for v in per_seed)
+        axis.set_ylim(0, 105 if unit else max(1.0, top) * 1.2)
+        better = "lower is better" if key == "unplaced" else "higher is better"
+        axis.set_title(f"{label}\n({better})", fontsize=9)
+        axis.tick_params(labelsize=8)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write_markdown(path: Path, block: str) -> None:
+    """Put `block` between the results markers of `path` (the rest of the file is left alone)."""
+    wrapped = f"{_RESULTS_BEGIN}\n{block.rstrip()}\n{_RESULTS_END}"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if _RESULTS_BEGIN in text and _RESULTS_END in text:
+        head, rest = text.split(_RESULTS_BEGIN, 1)
+        text = f"{head}{wrapped}{rest.split(_RESULTS_END, 1)[1]}"
+    else:
+        text = f"{text.rstrip()}\n\n{wrapped}\n" if text else f"# Placement quality\n\n{wrapped}\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def report(
+    all_metrics: dict[str, list[dict[str, float]]],
+    runs: list[PolicyRun],
+    *,
+    args: argparse.Namespace,
+    seeds: list[int],
+    command: str,
+    elapsed: float,
+) -> str:
+    """The Markdown results block: command, machine, cluster, tables."""
+    from bench.filter_bench import machine
+
+    info = machine()
+    summary = summarize(all_metrics)
+    counts = tc.type_counts(args.nodes)
+    jobs = np.mean([m["jobs"] for m in all_metrics[POLICIES[0]]])
+    context = "; ".join(
+        f"**{p}**: NVIDIA GPUs in use {summary[p]['gpu_utilization'][0]:.1f} %, "
+        f"devices of unplaced jobs {summary[p]['unplaced_devices'][0]:.1f}, "
+        f"p95 decision {summary[p]['decision_p95_ms'][0]:.1f} ms, "
+        f"multi-device claims {summary[p]['multi_claims'][0]:.0f}, "
+        f"GPU-NIC jobs {summary[p]['gpu_nic_jobs'][0]:.0f}"
+        for p in POLICIES
+    )
+    topology = summary[TOPOLOGY]
+    settings = args.topology_weights or (4, 2, 1)
+    weights = " ".join(f"{w:g}" for w in settings)
+    return "\n".join(
+        [
+            f"Command: `{command}` ({elapsed:.0f} s wall in all).",
+            "",
+            f"Machine: {info['cpu']}, {info['usable_cores']} usable cores; Python {info['python']}, "
+            f"numpy {info['numpy']}; {info['platform']}.",
+            "",
+            f"Cluster: {args.nodes} nodes (" + ", ".join(f"{n} {t}" for t, n in counts.items()) + "); "
+            f"{args.steps} steps of which the first {args.warmup} are not measured; offered load "
+            f"{args.load:g}; mean lifetime {args.lifetime:g} steps; seeds {' '.join(map(str, seeds))}; "
+            f"{jobs:.0f} measured jobs per seed; 8-GPU probe also every {args.probe_every} measured steps; "
+            f"topology weights (locality, fragmentation, packing) {weights}. "
+            "Mean ± sample standard deviation over the seeds:",
+            "",
+            results_table(summary, len(seeds)),
+            "",
+            f"Context (means over seeds): {context}. Topology decisions whose node's device set came "
+            f"from the bounded search {topology['bounded_choices'][0]:.0f}, from first-fit scoring "
+            f"{topology['first_fit_choices'][0]:.0f}; kernel choices rejected by upstream's search "
+            f"(logged warnings) {topology['kernel_fallbacks'][0]:.0f}; filter errors "
+            + ", ".join(f"{p} {summary[p]['filter_errors'][0]:.0f}" for p in POLICIES)
+            + ".",
+            "",
+            "Per seed:",
+            "",
+            seed_table(all_metrics, seeds),
+            "",
+            "By job shape (all seeds pooled; a claim's best tier counts each claim alone):",
+            "",
+            shape_table(by_shape(runs)),
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.placement", description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=64, help="cluster nodes (default 64)")
+    parser.add_argument("--steps", type=int, default=400, help="trace steps (default 400)")
+    parser.add_argument("--seed", type=int, help="one seed (same as --seeds N)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds, one cluster+trace each (default 1 2 3)")
+    parser.add_argument(
+        "--load", type=float, default=0.9, help="offered load per device family (default 0.9)"
+    )
+    parser.add_argument(
+        "--lifetime", type=float, default=30.0, help="mean job lifetime in steps (default 30)"
+    )
+    parser.add_argument("--warmup", type=int, default=60, help="steps not measured at the start (default 60)")
+    parser.add_argument(
+        "--probe-every",
+        type=int,
+        default=40,
+        help="also probe 8-GPU jobs every N measured steps (default 40)",
+    )
+    parser.add_argument(
+        "--topology-weights",
+        type=float,
+        nargs=3,
+        metavar=("LOCALITY", "FRAGMENTATION", "PACKING"),
+        help="scoring weights of the topology policy (default: the service's, 4 2 1)",
+    )
+    parser.add_argument("--markdown", type=Path, help="write the results block into this Markdown file")
+    parser.add_argument("--plot", type=Path, help="write the bar chart (PNG) here")
+    args = parser.parse_args(argv)
+    seeds = args.seeds or ([args.seed] if args.seed is not None else [1, 2, 3])
+    if args.nodes < 1 or args.steps < 1 or not 0 <= args.warmup < args.steps:
+        parser.error("need --nodes >= 1, --steps >= 1 and 0 <= --warmup < --steps")
+    if args.load <= 0 or args.lifetime < 1 or args.probe_every < 0:
+        parser.error("need --load > 0, --lifetime >= 1 and --probe-every >= 0")
+    topology = TopologySettings()
+    if args.topology_weights:
+        locality, fragmentation, packing = args.topology_weights
+        try:
+            topology = TopologySettings(
+                locality_weight=locality, fragmentation_weight=fragmentation, packing_weight=packing
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
+    logging.basicConfig(level=logging.ERROR)
+    started = time.perf_counter()
+    all_metrics: dict[str, list[dict[str, float]]] = {p: [] for p in POLICIES}
+    runs: list[PolicyRun] = []
+    for seed in seeds:
+        cluster = tc.generate(nodes=args.nodes, seed=seed)
+        trace = make_trace(cluster, steps=args.steps, seed=seed, load=args.load, mean_lifetime=args.lifetime)
+        if seed == seeds[0] and trace:
+            # Compile (or load) the numba kernels before anything is timed.
+            head = trace[:30]
+            simulate(cluster, head, policy=TOPOLOGY, steps=head[-1].arrival + 1, warmup=0)
+        for policy in POLICIES:
+            run = simulate(
+                cluster,
+                trace,
+                policy=policy,
+                steps=args.steps,
+                warmup=args.warmup,
+                seed=seed,
+                probe_every=args.probe_every,
+                topology=topology,
+            )
+            runs.append(run)
+            all_metrics[policy].append(metrics(run))
+            print(
+                f"seed {seed} {policy}: "
+                + ", ".join(
+                    f"{label} {all_metrics[policy][-1][key]:.{d}f}{u}" for key, label, u, d in METRICS
+                ),
+                file=sys.stderr,
+            )
+    command = "python -m bench.placement " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    block = report(
+        all_metrics, runs, args=args, seeds=seeds, command=command, elapsed=time.perf_counter() - started
+    )
+    print(block)
+    if args.plot:
+        title = (
+            f"{args.nodes} nodes, {args.steps} steps, load {args.load:g}, seeds {' '.join(map(str, seeds))} "
+            "(bars: mean over seeds, dots: one seed each)"
+        )
+        plot(all_metrics, args.plot, title)
+        print(f"wrote {args.plot}")
+    if args.markdown:
+        image = f"\n\n![placement metrics per policy]({args.plot.name})" if args.plot else ""
+        write_markdown(args.markdown, block + image)
+        print(f"wrote {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
