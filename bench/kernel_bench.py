@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numba
@@ -145,26 +142,14 @@ def shape_args(index: Index, shape: str, nodes: np.ndarray, max_work: int) -> tu
 
 
 def machine() -> dict[str, Any]:
-    """Platform, CPU model, cores and numba's thread settings."""
-    model = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """The machine as `bench.filter_bench` reports it, plus numba's version and thread settings."""
+    from bench.filter_bench import machine as base_machine
+
     try:
         threading_layer = numba.threading_layer()
     except ValueError:  # before the first parallel call
         threading_layer = "not initialised"
-    return {
-        "platform": platform.platform(),
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
+    return base_machine() | {
         "numba": numba.__version__,
         "numba_threads": numba.get_num_threads(),
         "threading_layer": threading_layer,

@@ -616,7 +616,12 @@ def report(
         for p in POLICIES
     )
     topology = summary[TOPOLOGY]
-    settings = args.topology_weights or (4, 2, 1)
+    default = TopologySettings()
+    settings = args.topology_weights or (
+        default.locality_weight,
+        default.fragmentation_weight,
+        default.packing_weight,
+    )
     weights = " ".join(f"{w:g}" for w in settings)
     return "\n".join(
         [

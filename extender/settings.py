@@ -130,7 +130,7 @@ class Settings:
     locality_weight: float = 4.0
     """Weight of locality (pairwise distance of the chosen devices) in a node's score."""
 
-    fragmentation_weight: float = 2.0
+    fragmentation_weight: float = 4.0
     """Weight of fragmentation (whole free NVLink/PCIe/NUMA groups the choice would break up)."""
 
     packing_weight: float = 1.0

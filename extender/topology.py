@@ -77,13 +77,13 @@ class TopologySettings:
 
     The score of a set is `(locality_weight * locality + fragmentation_weight * fragmentation +
     packing_weight * packing + preference_weight * preference) / sum of the weights`, each term in
-    [0, 1] (docs/placement.md gives the formulas).
+    [0, 1] (docs/scoring.md gives the formulas).
     """
 
     drivers: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=lambda: DEFAULT_DRIVERS)
     level_distance: tuple[float, float, float, float, float] = (1.0, 2.0, 3.0, 4.0, 6.0)
     locality_weight: float = 4.0
-    fragmentation_weight: float = 2.0
+    fragmentation_weight: float = 4.0
     packing_weight: float = 1.0
     preference_weight: float = 1.0
     cross_claim_weight: float = 1.0
