@@ -67,7 +67,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             return _fail(f"--kube: cannot load the Kubernetes client configuration: {exc}")
         app = make_app(settings, placement=placement, binder=binder)
         # list+watch, then the leader election, on the app's loop; /readyz waits for the sync
-        app.cleanup_ctx.append(wiring.kube_app_context(source, binder))
+        app.cleanup_ctx.append(wiring.kube_app_context(placement, source, binder))
         _run_app(app, settings, ssl_context)
         return 0
 

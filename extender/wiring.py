@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -15,8 +16,6 @@ from extender.placement import Placement
 from extender.settings import Settings
 
 if TYPE_CHECKING:
-    import asyncio
-
     import kubernetes.client
 
     from extender.cluster.kube import KubeSource
@@ -106,10 +105,22 @@ def build_kube_services(
     return placement, binder, source
 
 
-def kube_app_context(source: KubeSource, binder: KubeBinder) -> Callable[[Any], AsyncIterator[None]]:
+def kube_app_context(
+    placement: Placement, source: KubeSource, binder: KubeBinder
+) -> Callable[[Any], AsyncIterator[None]]:
     """One aiohttp cleanup_ctx entry for kube mode: start the watch, then campaign; on shutdown
-    release the Lease first (a follower takes over at once), close the binder, stop the watch."""
+    release the Lease first (a follower takes over at once), close the binder, stop the watch.
+
+    Once the cache has synced for the first time, the device index is built and the heap frozen
+    (as file mode does at start-up), so the first filter does not pay for either.
+    """
     from extender.leader import LeaderElector
+
+    async def warm_after_sync() -> None:
+        while not source.synced():
+            await asyncio.sleep(0.1)
+        placement.index()
+        freeze_heap()
 
     async def app_context(app: Any) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
@@ -118,6 +129,8 @@ def kube_app_context(source: KubeSource, binder: KubeBinder) -> Callable[[Any], 
             if isinstance(binder.elector, LeaderElector):
                 context = contextlib.asynccontextmanager(binder.elector.app_context)
                 await stack.enter_async_context(context(app))
+            warming = asyncio.get_running_loop().create_task(warm_after_sync())
+            stack.callback(warming.cancel)
             yield
 
     return app_context

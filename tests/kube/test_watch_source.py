@@ -134,7 +134,7 @@ async def test_readyz_follows_the_initial_list_through_the_app(seeded, aiohttp_c
     seeded.on_request = hold_lists
     placement, binder, source = wiring.build_kube_services(SETTINGS, api_client=seeded.api_client())
     app = make_app(SETTINGS, placement=placement, binder=binder)
-    app.cleanup_ctx.append(wiring.kube_app_context(source, binder))
+    app.cleanup_ctx.append(wiring.kube_app_context(placement, source, binder))
     client = await aiohttp_client(app)
     resp = await client.get("/readyz")
     assert resp.status == 503

@@ -256,7 +256,7 @@ async def test_kube_services_campaign_bind_and_release_with_the_app(fake_api: Fa
     placement, binder, source = wiring.build_kube_services(settings, api_client=fake_api.api_client())
     assert isinstance(binder, KubeBinder)
     app = make_app(settings, placement=placement, binder=binder)
-    app.cleanup_ctx.append(wiring.kube_app_context(source, binder))
+    app.cleanup_ctx.append(wiring.kube_app_context(placement, source, binder))
     http = await aiohttp_client(app)
     await until(placement.ready, what="the watch to sync")
     await until(lambda: (fake_api.get_object("Lease", NAME, NS) or {}).get("spec", {}).get("holderIdentity"))
