@@ -19,6 +19,7 @@ with upstream's rules) falls back to the first-fit path and is logged.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -271,7 +272,9 @@ def priorities(scores: np.ndarray) -> np.ndarray:
     return np.rint(10 * (scores - low) / (high - low)).astype(np.int64)
 
 
-def kernel_arguments(index: DeviceIndex, free: np.ndarray, relevant: np.ndarray, settings: TopologySettings):
+def kernel_arguments(
+    index: DeviceIndex, free: np.ndarray, relevant: np.ndarray, settings: TopologySettings
+) -> tuple[Any, ...]:
     """The node-independent topology arrays the kernels take, in their order."""
     return (
         index.row_coords,

@@ -168,7 +168,6 @@ class Settings:
             cross_claim_weight=self.cross_claim_weight,
             packing=self.packing,
             max_work=self.kernel_max_work,
-            threads=self.kernel_threads,
         )
 
     def as_dict(self) -> dict[str, str]:

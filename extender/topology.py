@@ -89,13 +89,10 @@ class TopologySettings:
     cross_claim_weight: float = 1.0
     packing: str = "binpack"
     max_work: int = 4096
-    threads: int = 0
 
     def __post_init__(self) -> None:
         distances = self.level_distance
-        if len(distances) != NODE_LEVEL + 1 or any(
-            b <= a for a, b in itertools.pairwise(distances)
-        ):
+        if len(distances) != NODE_LEVEL + 1 or any(b <= a for a, b in itertools.pairwise(distances)):
             raise ValueError(
                 f"level_distance must be {NODE_LEVEL + 1} strictly increasing numbers, got {distances}"
             )
