@@ -141,6 +141,9 @@ def prepare_kernels(settings: Settings) -> None:
     from kernels import topology as kernels
 
     kernels.set_threads(settings.kernel_threads)
+    log.info(
+        "preparing topology kernels (the first start compiles them, about 20 s; later ones use numba's cache)"
+    )
     seconds = kernels.warm_up()
     log.info(
         "topology kernels ready in %.2f s (numba threads: %s)", seconds, settings.kernel_threads or "default"
