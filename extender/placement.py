@@ -13,6 +13,7 @@ claims or assumed allocations change.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections import OrderedDict
@@ -93,8 +94,11 @@ class Placement:
         is_synced: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         topology: TopologySettings | None = None,
+        freeze_caches: bool = False,
     ) -> None:
         self.state = state
+        self.freeze_caches = freeze_caches
+        self._frozen_at: tuple[int, int, int] = (-1, -1, -1)
         self.topology = topology or TopologySettings()
         self._topology_model = TopologyModel(self.topology)
         self.kernel_seconds_total = 0.0  # time inside the topology kernels (read by /metrics)
@@ -204,7 +208,26 @@ class Placement:
         missing = [n for n in node_names if n not in evaluation.verdicts]
         if missing and not evaluation.error:
             self._decide(evaluation, missing)
+            if self.freeze_caches:
+                self._freeze_new_caches()
         return evaluation
+
+    def _freeze_new_caches(self) -> None:
+        """Move long-lived caches made since the last call out of the GC's generations.
+
+        A new index generation, new selector masks and the per-device CEL results they leave
+        are kept for as long as the devices live; left in the young generations they make every
+        full collection walk hundreds of thousands of objects (a ~175 ms pause at 5,000 nodes,
+        docs/benchmarks.md). `gc.freeze` is a list splice; frozen objects are still freed by
+        reference counting when their devices go.
+        """
+        index = self._index
+        if index is None:
+            return
+        marker = (index.generation, index.cached_masks, index.evaluator.evaluations)
+        if marker != self._frozen_at:
+            self._frozen_at = marker
+            gc.freeze()
 
     def _remember_pod(self, uid: str, pod: Obj) -> None:
         self.pods_seen[uid] = pod

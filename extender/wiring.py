@@ -34,6 +34,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
         assumed=assumed,
         filter_timeout_seconds=settings.filter_timeout_seconds,
         topology=settings.topology(),
+        freeze_caches=True,
     )
     prepare_kernels(settings)
     placement.index()  # build now, so the first filter call does not pay for it
@@ -88,6 +89,7 @@ def build_kube_services(
         filter_timeout_seconds=settings.filter_timeout_seconds,
         topology=settings.topology(),
         is_synced=source.synced,
+        freeze_caches=True,
     )
     placement.source_stats = source.stats  # type: ignore[attr-defined]  # read by telemetry
     prepare_kernels(settings)

@@ -187,6 +187,11 @@ class DeviceIndex:
         self.rows_of = {k: np.asarray(v, dtype=np.int64) for k, v in rows_of.items()}
 
     @property
+    def cached_masks(self) -> int:
+        """How many selector masks this snapshot holds (grows as new selectors are seen)."""
+        return len(self._masks)
+
+    @property
     def num_rows(self) -> int:
         return len(self.row_device)
 
