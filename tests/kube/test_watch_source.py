@@ -238,6 +238,9 @@ async def test_stalled_stream_is_relisted(services, seeded):
     lists_before = seeded.request_log().count(("list", "resource.k8s.io", "resourceslices", "", ""))
     seeded.stall_watches("ResourceSlice")
     seeded.put_object(_slice("during-stall", "cpu-node-01"))
+    # Wait for the relist itself: the object alone could have slipped through the stream just
+    # before the stall took hold (the stream stalls after it and is relisted all the same).
+    await wait_for(lambda: source.stats()["relists"]["ResourceSlice"] >= 1)
     await wait_for(lambda: placement.state.get("ResourceSlice", "during-stall") is not None)
     seeded.unstall()
     stats = source.stats()
