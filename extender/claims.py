@@ -153,12 +153,47 @@ class AllocatedDevices:
     aggregated_capacity: dict[DeviceID, dict[str, Quantity]]
 
 
-def collect_allocated(claims: list[Obj], assumed: dict[str, Obj]) -> AllocatedDevices:
-    """Scan allocations: results without adminAccess hold devices; shares add up capacity."""
+@dataclass(frozen=True, slots=True)
+class HeldDevices:
+    """What one allocation holds: exclusive devices and shares (with consumed capacity)."""
+
+    devices: tuple[DeviceID, ...]
+    shares: tuple[tuple[DeviceID, str, dict[str, Quantity]], ...]
+
+
+#: id(allocation dict) -> (the dict, kept alive so the id stays unique; what it holds).
+AllocationMemo = dict[int, tuple[Obj, HeldDevices]]
+
+
+def held_devices(allocation: Obj) -> HeldDevices:
+    """Parse one `status.allocation`: results without adminAccess hold devices."""
+    devices: list[DeviceID] = []
+    shares: list[tuple[DeviceID, str, dict[str, Quantity]]] = []
+    for result in ((allocation or {}).get("devices") or {}).get("results") or ():
+        if result.get("adminAccess"):
+            continue
+        device_id = DeviceID(result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+        if result.get("shareID"):
+            consumed = {n: Quantity.parse(v) for n, v in (result.get("consumedCapacity") or {}).items()}
+            shares.append((device_id, result["shareID"], consumed))
+        else:
+            devices.append(device_id)
+    return HeldDevices(tuple(devices), tuple(shares))
+
+
+def collect_allocated(
+    claims: list[Obj], assumed: dict[str, Obj], memo: AllocationMemo | None = None
+) -> AllocatedDevices:
+    """Scan allocations: results without adminAccess hold devices; shares add up capacity.
+
+    `memo` (optional, updated in place) keeps each allocation's parse by object identity, so a
+    rescan after one claim changed re-parses only that claim; entries of allocations no longer
+    seen are dropped.
+    """
     devices: set[DeviceID] = set()
     shared: set[tuple[DeviceID, str]] = set()
     aggregated: dict[DeviceID, dict[str, Quantity]] = {}
-    allocations = []
+    allocations: list[Obj] = []
     written: set[str] = set()
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation")
@@ -167,17 +202,20 @@ def collect_allocated(claims: list[Obj], assumed: dict[str, Obj]) -> AllocatedDe
             written.add((claim.get("metadata") or {}).get("uid", ""))
     # An assumed allocation whose write already shows in the claim must not count twice.
     allocations.extend(a for uid, a in assumed.items() if uid not in written)
+    seen: AllocationMemo = {}
     for allocation in allocations:
-        for result in ((allocation or {}).get("devices") or {}).get("results") or ():
-            if result.get("adminAccess"):
-                continue
-            device_id = DeviceID(result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
-            if result.get("shareID"):
-                shared.add((device_id, result["shareID"]))
-                total = aggregated.setdefault(device_id, {})
-                for name, value in (result.get("consumedCapacity") or {}).items():
-                    amount = Quantity.parse(value)
-                    total[name] = total[name] + amount if name in total else amount
-            else:
-                devices.add(device_id)
+        entry = memo.get(id(allocation)) if memo is not None else None
+        if entry is None or entry[0] is not allocation:
+            entry = (allocation, held_devices(allocation))
+        seen[id(allocation)] = entry
+        held = entry[1]
+        devices.update(held.devices)
+        for device_id, share_id, consumed in held.shares:
+            shared.add((device_id, share_id))
+            total = aggregated.setdefault(device_id, {})
+            for name, amount in consumed.items():
+                total[name] = total[name] + amount if name in total else amount
+    if memo is not None:
+        memo.clear()
+        memo.update(seen)
     return AllocatedDevices(frozenset(devices), frozenset(shared), aggregated)

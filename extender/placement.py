@@ -31,7 +31,15 @@ from extender.allocator.pools import gather_pools
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec, parse_claim
 from extender.allocator.results import ClaimAllocation
 from extender.assumed import AssumeCache
-from extender.claims import PodClaims, allocation_fits_node, claim_ref, collect_allocated, resolve_pod_claims
+from extender.claims import (
+    AllocationMemo,
+    HeldDevices,
+    PodClaims,
+    allocation_fits_node,
+    claim_ref,
+    collect_allocated,
+    resolve_pod_claims,
+)
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationAborted, AllocationError, NodeScopedError
 from extender.index.snapshot import DeviceIndex, build_index
@@ -112,6 +120,8 @@ class Placement:
         self._allocated_key: tuple[int, int, int] | None = None
         self._allocated: AllocatedState = AllocatedState()
         self._free: np.ndarray = np.zeros(0, dtype=bool)
+        self._allocation_memo: AllocationMemo = {}
+        self._held_rows: dict[int, tuple[HeldDevices, int, np.ndarray]] = {}
         self._evaluations: OrderedDict[tuple[str, tuple[int, int, int]], PodEvaluation] = OrderedDict()
         self.pods_seen: OrderedDict[str, Obj] = OrderedDict()  # uid -> pod, for bind in file mode
 
@@ -141,21 +151,36 @@ class Placement:
         active = self.assumed.active()
         key = (index.generation, self.state.claims_generation, self.assumed.version)
         if key != self._allocated_key:
-            collected = collect_allocated(self.state.list("ResourceClaim"), active)
+            collected = collect_allocated(self.state.list("ResourceClaim"), active, self._allocation_memo)
             self._allocated = AllocatedState(
                 devices=collected.devices,
                 shared_ids=collected.shared_ids,
                 aggregated_capacity=collected.aggregated_capacity,
             )
             free = np.ones(index.num_rows, dtype=bool)
-            taken = [*collected.devices, *(d for d, _ in collected.shared_ids)]
-            for device_id in taken:
-                rows = index.rows_of.get(device_id)
-                if rows is not None:
-                    free[rows] = False
+            rows = [self._rows_held(index, key, entry[1]) for key, entry in self._allocation_memo.items()]
+            if rows:
+                free[np.concatenate(rows)] = False
             self._free = free
             self._allocated_key = key
         return self._allocated, self._free
+
+    def _rows_held(self, index: DeviceIndex, key: int, held: HeldDevices) -> np.ndarray:
+        """Index rows of one allocation's devices, cached per allocation and index generation.
+
+        `key` is the allocation's id in the allocation memo, which keeps the object alive, so
+        the id cannot be re-used while the entry exists; stale entries are dropped here too.
+        """
+        cached = self._held_rows.get(key)
+        if cached is not None and cached[0] is held and cached[1] == index.generation:
+            return cached[2]
+        found = [index.rows_of.get(d) for d in (*held.devices, *(d for d, _, _ in held.shares))]
+        present = [r for r in found if r is not None]
+        rows = np.concatenate(present) if present else np.zeros(0, dtype=np.int64)
+        self._held_rows[key] = (held, index.generation, rows)
+        if len(self._held_rows) > 2 * len(self._allocation_memo) + 64:
+            self._held_rows = {k: v for k, v in self._held_rows.items() if k in self._allocation_memo}
+        return rows
 
     def generation(self) -> tuple[int, int, int]:
         return self.state.devices_generation, self.state.claims_generation, self.assumed.version
