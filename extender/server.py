@@ -136,14 +136,20 @@ def _child(name: str) -> AbstractContextManager[Any]:
     return telemetry.span(name)
 
 
-async def handle_filter(request: web.Request) -> web.Response:
-    """POST filter: which of the given nodes can hold the pod's claims."""
-    outcome = _outcome("filter")
+async def _decode_args(request: web.Request, verb: str) -> tuple[_Outcome, Any, list[str], Any]:
+    """Read and decode ExtenderArgs (under a decode span); the outcome records pod and node count."""
+    outcome = _outcome(verb)
     body = await _read_body(request)
     with _child(telemetry.SPAN_DECODE):
         pod, node_names, node_items = wire.decode_extender_args(body)
     outcome.set_pod(pod)
     outcome.nodes_in = len(node_names)
+    return outcome, pod, node_names, node_items
+
+
+async def handle_filter(request: web.Request) -> web.Response:
+    """POST filter: which of the given nodes can hold the pod's claims."""
+    outcome, pod, node_names, node_items = await _decode_args(request, "filter")
     placement = request.app[PLACEMENT_KEY]
     try:
         if not placement.ready():
@@ -185,12 +191,7 @@ def _account_filter(metrics: Metrics, outcome: _Outcome, verdict: FilterVerdict)
 
 async def handle_prioritize(request: web.Request) -> web.Response:
     """POST prioritize: a 0..10 score per node."""
-    outcome = _outcome("prioritize")
-    body = await _read_body(request)
-    with _child(telemetry.SPAN_DECODE):
-        pod, node_names, _ = wire.decode_extender_args(body)
-    outcome.set_pod(pod)
-    outcome.nodes_in = len(node_names)
+    outcome, pod, node_names, _ = await _decode_args(request, "prioritize")
     placement = request.app[PLACEMENT_KEY]
     if not placement.ready():
         logger.warning("prioritize pod=%s: %s", outcome.pod_ref, NOT_READY)
