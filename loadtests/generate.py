@@ -22,8 +22,12 @@ What is generated (all deterministic for a given seed):
   only, so every cluster size gets the same sequence of shapes); shapes without constraints take
   the placement's vectorised fast path, shapes with `matchAttribute` the exact search.
 
-CLI: `python -m loadtests.generate --nodes 500 --seed 1 --out DIR` writes `DIR/cluster.yaml`
-(multi-document YAML) and `DIR/pods.jsonl` (one JSON Pod per line).
+A second, heterogeneous fleet (H100, A100 with MIG partitions on shared counters, L40S, MI300X,
+TPU, CPU-only) and claim shapes covering every placement tier are in `loadtests.fleet`, built
+from the object builders here; `--fleet mixed` writes it.
+
+CLI: `python -m loadtests.generate --nodes 500 --seed 1 --out DIR [--fleet mixed]` writes
+`DIR/cluster.yaml` (multi-document YAML) and `DIR/pods.jsonl` (one JSON Pod per line).
 """
 
 from __future__ import annotations
@@ -594,26 +598,55 @@ def write(objects: list[Obj], pods: list[Obj], out: Path) -> tuple[Path, Path]:
     return cluster, pods_file
 
 
+def write_json_state(objects: list[Obj], path: Path) -> Path:
+    """Write `objects` as one JSON `List` (what `serve --state x.json` reads, far faster than YAML)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return path
+
+
+FLEETS = ("h100", "mixed")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m loadtests.generate", description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, required=True, help="number of GPU nodes")
+    parser.add_argument("--nodes", type=int, required=True, help="number of nodes")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--pods", type=int, default=200, help="pending pods (default 200)")
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--nics-per-node", type=int, default=4)
-    parser.add_argument("--allocated-fraction", type=float, default=0.3)
+    parser.add_argument(
+        "--fleet",
+        choices=FLEETS,
+        default="h100",
+        help="h100: homogeneous 8xH100 + 4 RDMA NICs (default); mixed: the fleet of loadtests.fleet "
+        "(H100, A100 with MIG partitions, L40S, MI300X, TPU, CPU-only) and its claim shapes",
+    )
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="h100 fleet only")
+    parser.add_argument("--nics-per-node", type=int, default=4, help="h100 fleet only")
+    parser.add_argument(
+        "--allocated-fraction",
+        type=float,
+        default=0.3,
+        help="share of the accelerators held by allocated claims (mixed: per device kind; default 0.3)",
+    )
     args = parser.parse_args(argv)
     try:
-        objects, pods = generate_cluster(
-            nodes=args.nodes,
-            seed=args.seed,
-            gpus_per_node=args.gpus_per_node,
-            nics_per_node=args.nics_per_node,
-            allocated_fraction=args.allocated_fraction,
-            pods=args.pods,
-        )
+        if args.fleet == "mixed":
+            from loadtests.fleet import generate_mixed_cluster  # fleet imports this module
+
+            objects, pods = generate_mixed_cluster(
+                nodes=args.nodes, seed=args.seed, held_fraction=args.allocated_fraction, pods=args.pods
+            )
+        else:
+            objects, pods = generate_cluster(
+                nodes=args.nodes,
+                seed=args.seed,
+                gpus_per_node=args.gpus_per_node,
+                nics_per_node=args.nics_per_node,
+                allocated_fraction=args.allocated_fraction,
+                pods=args.pods,
+            )
     except ValueError as exc:
         parser.error(str(exc))
     cluster, pods_file = write(objects, pods, args.out)
