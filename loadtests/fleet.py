@@ -516,7 +516,7 @@ MIXED_SHAPES: dict[str, MixedShape] = {
         MixedShape(
             "gpu4-nvlink-nic-numa",
             10,
-            "4 GPUs on one NVLink domain + NIC on their NUMA node",
+            "4 GPUs, one NVLink domain, NIC on their NUMA",
             {
                 "devices": {
                     "requests": [_exactly("gpus", GPU_CLASS, 4), _exactly("nic", NIC_CLASS)],
