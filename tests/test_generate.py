@@ -223,3 +223,16 @@ def test_cli_writes_the_mixed_fleet(tmp_path: Path) -> None:
     objects = load_state_paths([tmp_path / "cluster.yaml"])
     assert {o["metadata"]["labels"][NODE_TYPE_LABEL] for o in objects if o["kind"] == "Node"} <= set(FLEET)
     assert len((tmp_path / "pods.jsonl").read_bytes().splitlines()) == 5
+
+
+def test_locust_shape_groups_cover_the_mixed_shapes() -> None:
+    from loadtests import scenarios
+
+    _, pods = generate_mixed_cluster(nodes=3, seed=1, pods=60)
+    exact = scenarios.select_shapes(pods, ["exact"])
+    fast = scenarios.select_shapes(pods, ["fast"])
+    assert len(exact) + len(fast) == len(pods)
+    assert {scenarios.pod_shape(p) for p in exact} == {n for n, s in MIXED_SHAPES.items() if s.exact_search}
+    assert {"mig-pair-same-gpu", "gpu-nic-pcie", "gpu4-nvlink-nic-numa"} <= {
+        scenarios.pod_shape(p) for p in exact
+    }
