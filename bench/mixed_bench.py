@@ -314,6 +314,7 @@ def measure_in_process(objects: list[Obj], work: Workload, slice_calls: int) -> 
         placement.filter(work.fresh(entry), names)
     unchanged: list[float] = []
     changed: list[float] = []
+    changes: list[Obj] = []  # which slice each change touched, for the slow ones
     by_shape: dict[str, dict[str, list[float]]] = {}
     for i in range(slice_calls):
         entry = firsts[i % len(firsts)]
@@ -329,6 +330,15 @@ def measure_in_process(objects: list[Obj], work: Workload, slice_calls: int) -> 
         began = time.perf_counter()
         placement.filter(pod, names)
         changed.append(time.perf_counter() - began)
+        changes.append(
+            {
+                "node_type": target["spec"]["nodeName"].rsplit("-", 1)[0],  # loadtests.fleet.mixed_node_name
+                "driver": target["spec"]["driver"],
+                "counters_slice": bool(target["spec"].get("sharedCounters")),
+                "shape": entry.shape,
+                "ms": changed[-1] * 1000,
+            }
+        )
         shape = by_shape.setdefault(entry.shape, {"unchanged": [], "after_slice_change": []})
         shape["unchanged"].append(unchanged[-1])
         shape["after_slice_change"].append(changed[-1])
@@ -338,6 +348,7 @@ def measure_in_process(objects: list[Obj], work: Workload, slice_calls: int) -> 
         "device_rows": index.num_rows,
         "filter_unchanged": percentiles(unchanged),
         "filter_after_slice_change": percentiles(changed),
+        "slice_changes": changes,
         "by_shape": {
             shape: {k: percentiles(v) for k, v in samples.items()} for shape, samples in by_shape.items()
         },
@@ -509,6 +520,16 @@ def tables(report: Obj) -> str:
                 ],
             )
         )
+    for s in sizes:
+        changes = s["in_process"]["slice_changes"]
+        if changes:
+            slowest = max(changes, key=lambda c: c["ms"])
+            kind = "counters" if slowest["counters_slice"] else "devices"
+            out.append(
+                f"\nSlowest filter after a slice change at {s['nodes']:,} nodes: {_ms(slowest['ms'])} ms "
+                f"({slowest['shape']} pod; {kind} slice of {slowest['driver']} "
+                f"on a {slowest['node_type']} node)."
+            )
     return "\n".join(out)
 
 
