@@ -236,3 +236,88 @@ def test_locust_shape_groups_cover_the_mixed_shapes() -> None:
     assert {"mig-pair-same-gpu", "gpu-nic-pcie", "gpu4-nvlink-nic-numa"} <= {
         scenarios.pod_shape(p) for p in exact
     }
+
+
+def _pinned_pod(name: str, device_class: str, expression: str) -> tuple[dict, dict]:
+    """A pending pod and its standalone claim for one device of `device_class` matching `expression`."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-claim-{name}", "resourceVersion": "1"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "one",
+                        "exactly": {
+                            "deviceClassName": device_class,
+                            "count": 1,
+                            "selectors": [{"cel": {"expression": expression}}],
+                        },
+                    }
+                ]
+            }
+        },
+        "status": {},
+    }
+    pod = {
+        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-pod-{name}"},
+        "spec": {
+            "containers": [{"name": "main", "image": "x", "resources": {"claims": [{"name": "devices"}]}}],
+            "resourceClaims": [{"name": "devices", "resourceClaimName": name}],
+            "schedulerName": "dra-extender-scheduler",
+        },
+        "status": {"phase": "Pending"},
+    }
+    return claim, pod
+
+
+def test_the_extender_sees_held_mig_partitions_through_the_counters() -> None:
+    """Per A100 GPU: a 1g.10gb and the full GPU fit exactly where the held devices leave room."""
+    objects, _ = generate_mixed_cluster(nodes=12, seed=11, pods=0, held_fraction=0.7)
+    types = _node_types(objects)
+    devices = {
+        (s["spec"]["nodeName"], d["name"]): d
+        for s in objects
+        if s["kind"] == "ResourceSlice"
+        for d in s["spec"].get("devices") or ()
+    }
+    held_by_parent: dict[str, list[dict]] = {}
+    for claim in (o for o in objects if o["kind"] == "ResourceClaim"):
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            if types[result["pool"]] != "a100":
+                continue
+            device = devices[(result["pool"], result["device"])]
+            parent = device["attributes"].get("parentUUID", device["attributes"]["uuid"])["string"]
+            held_by_parent.setdefault(parent, []).append(device)
+    pods = []
+    expected: dict[str, tuple[str, bool]] = {}
+    for (node, name), device in devices.items():
+        if types[node] != "a100" or device["attributes"]["type"]["string"] != "gpu":
+            continue
+        parent = device["attributes"]["uuid"]["string"]
+        held = held_by_parent.get(parent, [])
+        used = {c for d in held for c in d["consumesCounters"][0]["counters"] if c.startswith("memorySlice")}
+        memory = sum(_gi(d["capacity"]["memory"]["value"]) for d in held)
+        sms = sum(int(d["consumesCounters"][0]["counters"]["multiprocessors"]["value"]) for d in held)
+        room_1g = memory + _gi("10Gi") <= _gi("80Gi") and sms + 14 <= 108
+        fits_1g = room_1g and any(f"memorySlice{k}" not in used for k in range(7))
+        on_parent = f'device.attributes["gpu.nvidia.com"].parentUUID == "{parent}"'
+        mig = f'{on_parent} && device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+        whole = f'device.attributes["gpu.nvidia.com"].uuid == "{parent}"'
+        for suffix, device_class, expression, fits in (
+            ("mig", "mig.nvidia.com", mig, fits_1g),
+            ("gpu", "gpu.nvidia.com", whole, not held),
+        ):
+            claim, pod = _pinned_pod(f"{node}-{name}-{suffix}", device_class, expression)
+            objects.append(claim)
+            pods.append(pod)
+            expected[pod["metadata"]["name"]] = (node, fits)
+    assert {fits for _, fits in expected.values()} == {True, False}  # the seed gives both cases
+    _, placement = _services(objects)
+    names = list(types)
+    for pod in pods:
+        node, fits = expected[pod["metadata"]["name"]]
+        verdict = placement.filter(pod, names)
+        assert not verdict.error
+        assert verdict.passed == ([node] if fits else []), pod["metadata"]["name"]
