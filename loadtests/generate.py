@@ -22,8 +22,12 @@ What is generated (all deterministic for a given seed):
   only, so every cluster size gets the same sequence of shapes); shapes without constraints take
   the placement's vectorised fast path, shapes with `matchAttribute` the exact search.
 
-CLI: `python -m loadtests.generate --nodes 500 --seed 1 --out DIR` writes `DIR/cluster.yaml`
-(multi-document YAML) and `DIR/pods.jsonl` (one JSON Pod per line).
+A second, heterogeneous fleet (H100, A100 with MIG partitions on shared counters, L40S, MI300X,
+TPU, CPU-only) and claim shapes covering every placement tier are in `loadtests.fleet`, built
+from the object builders here; `--fleet mixed` writes it.
+
+CLI: `python -m loadtests.generate --nodes 500 --seed 1 --out DIR [--fleet mixed]` writes
+`DIR/cluster.yaml` (multi-document YAML) and `DIR/pods.jsonl` (one JSON Pod per line).
 """
 
 from __future__ import annotations
@@ -32,11 +36,11 @@ import argparse
 import random
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import yaml
@@ -63,6 +67,15 @@ _BASE_TIME = datetime(2025, 11, 21, 8, 0, 0, tzinfo=UTC)
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 #: PCIe root bus numbers of an 8-GPU HGX board (as in the sample cluster), extended as needed.
 _ROOT_BUSES = (0x15, 0x37, 0x97, 0xB7, 0x05, 0x25, 0x85, 0xA5)
+
+
+class Shape(Protocol):
+    """What the object builders need of a claim shape: its name and its claim spec."""
+
+    @property
+    def name(self) -> str: ...
+
+    def claim_spec(self) -> Obj: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,17 +178,20 @@ def _namespace(ids: _Ids) -> Obj:
     }
 
 
-def _device_classes(ids: _Ids) -> list[Obj]:
-    selectors = {
-        GPU_CLASS: [
-            f'device.driver == "{GPU_DRIVER}"',
-            f'device.attributes["{GPU_DRIVER}"].type == "gpu"',
-        ],
-        NIC_CLASS: [
-            f'device.driver == "{NIC_DRIVER}"',
-            f'has(device.attributes["{NIC_DRIVER}"].rdma) && device.attributes["{NIC_DRIVER}"].rdma',
-        ],
-    }
+#: CEL selectors of the H100 fleet's DeviceClasses.
+CLASS_SELECTORS: dict[str, tuple[str, ...]] = {
+    GPU_CLASS: (
+        f'device.driver == "{GPU_DRIVER}"',
+        f'device.attributes["{GPU_DRIVER}"].type == "gpu"',
+    ),
+    NIC_CLASS: (
+        f'device.driver == "{NIC_DRIVER}"',
+        f'has(device.attributes["{NIC_DRIVER}"].rdma) && device.attributes["{NIC_DRIVER}"].rdma',
+    ),
+}
+
+
+def _device_classes(ids: _Ids, selectors: dict[str, tuple[str, ...]] = CLASS_SELECTORS) -> list[Obj]:
     return [
         {
             "apiVersion": DRA_API,
@@ -192,7 +208,7 @@ def _device_classes(ids: _Ids) -> list[Obj]:
     ]
 
 
-def _templates(ids: _Ids) -> list[Obj]:
+def _templates(ids: _Ids, shapes: Iterable[Shape] | None = None) -> list[Obj]:
     return [
         {
             "apiVersion": DRA_API,
@@ -206,12 +222,23 @@ def _templates(ids: _Ids) -> list[Obj]:
             },
             "spec": {"metadata": {"labels": {SHAPE_LABEL: shape.name}}, "spec": shape.claim_spec()},
         }
-        for shape in SHAPES.values()
+        for shape in (SHAPES.values() if shapes is None else shapes)
     ]
 
 
 def _node(ids: _Ids, number: int, gpus_per_node: int) -> Obj:
-    name = node_name(number)
+    labels = {
+        "node.kubernetes.io/instance-type": "a3-highgpu-8g",
+        "nvidia.com/gpu.count": str(gpus_per_node),
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "feature.node.kubernetes.io/rdma.available": "true",
+    }
+    return node_object(ids, number, node_name(number), labels)
+
+
+def node_object(ids: _Ids, number: int, name: str, labels: dict[str, str]) -> Obj:
+    """A Ready v1 Node `name` (the `number`-th of the cluster) with `labels` beyond the standard ones."""
     zone = "abc"[number % 3]
     cidr = f"10.{64 + number // 256}.{number % 256}.0/24"
     address = f"10.{number // 65536}.{number // 256 % 256}.{number % 256}"
@@ -225,11 +252,7 @@ def _node(ids: _Ids, number: int, gpus_per_node: int) -> Obj:
                 "kubernetes.io/arch": "amd64",
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
-                "node.kubernetes.io/instance-type": "a3-highgpu-8g",
-                "nvidia.com/gpu.count": str(gpus_per_node),
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-                "feature.node.kubernetes.io/rdma.available": "true",
+                **labels,
                 "topology.kubernetes.io/region": "us-central1",
                 "topology.kubernetes.io/zone": f"us-central1-{zone}",
             },
@@ -264,8 +287,30 @@ def _node(ids: _Ids, number: int, gpus_per_node: int) -> Obj:
     }
 
 
-def _slice(ids: _Ids, node: Obj, driver: str, devices: list[Obj]) -> Obj:
+def _slice(
+    ids: _Ids,
+    node: Obj,
+    driver: str,
+    devices: list[Obj],
+    *,
+    pool_slices: int = 1,
+    shared_counters: list[Obj] | None = None,
+) -> Obj:
+    """One ResourceSlice of `node`'s pool for `driver` (pool name = node name, generation 1).
+
+    `pool_slices`: how many slices the pool has (`resourceSliceCount`). A slice carries devices
+    or `shared_counters`, never both (dra.md §1.3), so a counters-only slice passes no devices.
+    """
     name = node["metadata"]["name"]
+    spec: Obj = {
+        "driver": driver,
+        "nodeName": name,
+        "pool": {"generation": 1, "name": name, "resourceSliceCount": pool_slices},
+    }
+    if shared_counters:
+        spec["sharedCounters"] = shared_counters
+    if devices or not shared_counters:
+        spec["devices"] = devices
     return {
         "apiVersion": DRA_API,
         "kind": "ResourceSlice",
@@ -285,12 +330,7 @@ def _slice(ids: _Ids, node: Obj, driver: str, devices: list[Obj]) -> Obj:
             "resourceVersion": ids.version(),
             "uid": ids.uid(),
         },
-        "spec": {
-            "devices": devices,
-            "driver": driver,
-            "nodeName": name,
-            "pool": {"generation": 1, "name": name, "resourceSliceCount": 1},
-        },
+        "spec": spec,
     }
 
 
@@ -411,7 +451,7 @@ def _pod(ids: _Ids, name: str, shape: str, claim_name: str, uid: str, created: s
 
 
 def _claim(
-    ids: _Ids, pod_name: str, pod_uid: str, shape: ClaimShape, created: str, spec: Obj | None = None
+    ids: _Ids, pod_name: str, pod_uid: str, shape: Shape, created: str, spec: Obj | None = None
 ) -> Obj:
     return {
         "apiVersion": DRA_API,
@@ -558,26 +598,55 @@ def write(objects: list[Obj], pods: list[Obj], out: Path) -> tuple[Path, Path]:
     return cluster, pods_file
 
 
+def write_json_state(objects: list[Obj], path: Path) -> Path:
+    """Write `objects` as one JSON `List` (what `serve --state x.json` reads, far faster than YAML)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    return path
+
+
+FLEETS = ("h100", "mixed")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m loadtests.generate", description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, required=True, help="number of GPU nodes")
+    parser.add_argument("--nodes", type=int, required=True, help="number of nodes")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--pods", type=int, default=200, help="pending pods (default 200)")
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--nics-per-node", type=int, default=4)
-    parser.add_argument("--allocated-fraction", type=float, default=0.3)
+    parser.add_argument(
+        "--fleet",
+        choices=FLEETS,
+        default="h100",
+        help="h100: homogeneous 8xH100 + 4 RDMA NICs (default); mixed: the fleet of loadtests.fleet "
+        "(H100, A100 with MIG partitions, L40S, MI300X, TPU, CPU-only) and its claim shapes",
+    )
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="h100 fleet only")
+    parser.add_argument("--nics-per-node", type=int, default=4, help="h100 fleet only")
+    parser.add_argument(
+        "--allocated-fraction",
+        type=float,
+        default=0.3,
+        help="share of the accelerators held by allocated claims (mixed: per device kind; default 0.3)",
+    )
     args = parser.parse_args(argv)
     try:
-        objects, pods = generate_cluster(
-            nodes=args.nodes,
-            seed=args.seed,
-            gpus_per_node=args.gpus_per_node,
-            nics_per_node=args.nics_per_node,
-            allocated_fraction=args.allocated_fraction,
-            pods=args.pods,
-        )
+        if args.fleet == "mixed":
+            from loadtests.fleet import generate_mixed_cluster  # fleet imports this module
+
+            objects, pods = generate_mixed_cluster(
+                nodes=args.nodes, seed=args.seed, held_fraction=args.allocated_fraction, pods=args.pods
+            )
+        else:
+            objects, pods = generate_cluster(
+                nodes=args.nodes,
+                seed=args.seed,
+                gpus_per_node=args.gpus_per_node,
+                nics_per_node=args.nics_per_node,
+                allocated_fraction=args.allocated_fraction,
+                pods=args.pods,
+            )
     except ValueError as exc:
         parser.error(str(exc))
     cluster, pods_file = write(objects, pods, args.out)

@@ -48,6 +48,7 @@ from typing import Any
 import orjson
 import yaml
 
+from loadtests.fleet import MIXED_SHAPES
 from loadtests.generate import SHAPE_LABEL, SHAPES
 
 Obj = dict[str, Any]
@@ -57,10 +58,11 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_PODS = REPO / "tests" / "data" / "pipeline_pods.yaml"
 #: File names `python -m loadtests.generate --out DIR` writes.
 CLUSTER_FILE, PODS_FILE = "cluster.yaml", "pods.jsonl"
-#: Shape keywords of `--dra-shapes` that stand for the generator's fast-path / exact-search shapes.
+#: Shape keywords of `--dra-shapes` that stand for the generators' fast-path / exact-search shapes
+#: (claims without / with constraints), of the H100 fleet and of the mixed fleet (`--fleet mixed`).
 SHAPE_GROUPS: dict[str, frozenset[str]] = {
-    "fast": frozenset(name for name, shape in SHAPES.items() if not shape.exact_search),
-    "exact": frozenset(name for name, shape in SHAPES.items() if shape.exact_search),
+    "fast": frozenset(name for name, s in [*SHAPES.items(), *MIXED_SHAPES.items()] if not s.exact_search),
+    "exact": frozenset(name for name, s in [*SHAPES.items(), *MIXED_SHAPES.items()] if s.exact_search),
 }
 #: Bind `Error` text the extender uses when devices that passed filter were taken meanwhile.
 _IN_USE = re.compile(r"\bin use\b")
