@@ -323,6 +323,7 @@ class _Search:
             multi=multi,
             existing=self.allocated.aggregated_capacity.get(device.id),
             allocating=self.allocating_capacity.get(device.id),
+            qualified=self.features.capacity_names_1_37,
         )
 
     # ----------------------------------------------------------------- search
@@ -448,7 +449,10 @@ class _Search:
                     self._release_counters(candidate)
                 return None
             if multi:
-                consumed = capacity.consumption(device, spec.capacity) or {}
+                consumed = (
+                    capacity.consumption(device, spec.capacity, qualified=self.features.capacity_names_1_37)
+                    or {}
+                )
                 share_id = self.new_share_id()
                 self._add_capacity(device.id, consumed, +1)
         if not multi:
