@@ -71,7 +71,9 @@ def test_qualified_rule_behind_the_1_37_switch(published: str, requested: str, m
 
 
 def test_qualified_rule_rejects_one_capacity_named_twice() -> None:
-    both = claim("c", [request("r", "gpu", capacity={"requests": {"memory": "1Gi", f"{DRIVER}/memory": "1Gi"}})])
+    both = claim(
+        "c", [request("r", "gpu", capacity={"requests": {"memory": "1Gi", f"{DRIVER}/memory": "1Gi"}})]
+    )
     slices = _one_device_cluster("memory")
     with pytest.raises(AllocationError, match="requested both as"):
         run(slices, [device_class("gpu", DRIVER)], [both], features=QUALIFIED)
