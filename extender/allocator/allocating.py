@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from extender import cel
 from extender.allocator import capacity
 from extender.allocator.constraints import Constraint
 from extender.allocator.features import Features
@@ -92,6 +93,32 @@ def allocate(
     return search.run()
 
 
+class _NodeDependent(Exception):
+    """Validation reached a step that depends on the node's pools (an `All` request)."""
+
+
+def validate_claims(claims: Sequence[ClaimSpec], *, features: Features, classes: ClassLookup) -> None:
+    """Upstream's claim validation (dra.md §3.3) as far as it does not depend on the node.
+
+    Claims and requests are checked in order, exactly as `allocate` checks them, and the first
+    error is raised. An `All` request makes the rest of the validation node-dependent (it
+    evaluates selectors against the node's devices), so the check stops there: `allocate` will
+    finish it per node, still in claim order.
+    """
+    search = _Search(claims, {}, (), features, classes, AllocatedState(), _NoEvaluation())
+    search.node_known = False
+    try:
+        for claim_index, claim in enumerate(claims):
+            search._validate_claim(claim_index, claim)
+    except _NodeDependent:
+        return
+
+
+class _NoEvaluation:
+    def evaluate(self, expression: str, device: Device) -> bool:
+        raise AssertionError("node-independent validation evaluates no selector")
+
+
 class _Search:
     """State of one `allocate` call (upstream's `allocator`); used by one thread only."""
 
@@ -114,6 +141,8 @@ class _Search:
         self.evaluator = evaluator
         self.should_stop: Callable[[], str | None] = lambda: None
         self.new_share_id: Callable[[], str] = lambda: str(uuid.uuid4())
+        self.compile_selector: Callable[[str], object] = cel.compile_selector
+        self.node_known = True  # False: `validate_claims`, which has no pools to look at
         self.requests: dict[tuple[int, int, int], _Request] = {}
         self.selected_sub: dict[tuple[int, int], int] = {}
         self.constraints: list[list[Constraint]] = []
@@ -250,12 +279,18 @@ class _Search:
                 f"claim {claim.ref}, request {spec.name}: could not retrieve device class {spec.class_name}: "
                 f'deviceclass.resource.k8s.io "{spec.class_name}" not found'
             )
+        # Upstream compiles a request's CEL right after its class lookup, claim by claim, so a
+        # compile error in an earlier claim is reported before a missing class in a later one.
+        self._compile_selectors(device_class.selectors, f"class {device_class.name}")
+        self._compile_selectors(spec.selectors, f"claim {claim.ref}")
         key = (claim_index, request_index, sub_index)
         data = _Request(spec=spec, parent=parent, device_class=device_class, num_devices=0)
         self.requests[key] = data
         if spec.mode == EXACT_COUNT:
             data.num_devices = spec.count
         elif spec.mode == ALL:
+            if not self.node_known:
+                raise _NodeDependent
             data.all_devices = []
             for pool in self.pools:
                 if pool.incomplete:
@@ -281,6 +316,15 @@ class _Search:
                 f"claim {claim.ref}, request {spec.name}: unsupported count mode {spec.mode}"
             )
         return data
+
+    def _compile_selectors(self, selectors: Sequence[Selector], owner: str) -> None:
+        for index, selector in enumerate(selectors):
+            if selector.expression is None:
+                continue
+            try:
+                self.compile_selector(selector.expression)
+            except CelCompileError as exc:
+                raise CelCompileError(f"{owner}: selector #{index}: CEL compile error: {exc}") from exc
 
     # ----------------------------------------------------------------- selection
     def _selectable(self, key: tuple[int, int, int], data: _Request, device: Device, slice_: Slice) -> bool:

@@ -148,3 +148,38 @@ def devices_of(allocations: list[ClaimAllocation] | None) -> list[list[str]]:
     """Device names per claim, in result order."""
     assert allocations is not None
     return [[r.device.name for r in a.devices] for a in allocations]
+
+
+def placement_and_pod(
+    slices: Sequence[Obj],
+    classes: Sequence[Obj],
+    claims: Sequence[Obj],
+    *,
+    features: Features | None = None,
+    nodes: Sequence[Obj] = (NODE,),
+    held: Sequence[Obj] = (),
+) -> tuple[Any, Obj]:
+    """A Placement over a cluster with these objects, and a pod that uses `claims` in order.
+
+    `held` are extra (allocated) ResourceClaims owned by other pods.
+    """
+    from extender.assumed import AssumeCache
+    from extender.cluster.state import ClusterState
+    from extender.placement import Placement
+
+    objects: list[Obj] = [{**n, "kind": "Node"} for n in nodes]
+    objects += [{**s, "kind": "ResourceSlice"} for s in slices]
+    objects += [{**c, "kind": "DeviceClass"} for c in classes]
+    objects += [{**c, "kind": "ResourceClaim"} for c in (*claims, *held)]
+    pod = {
+        "metadata": {"name": "pod", "namespace": "default", "uid": "pod-uid"},
+        "spec": {
+            "resourceClaims": [
+                {"name": f"c{i}", "resourceClaimName": c["metadata"]["name"]} for i, c in enumerate(claims)
+            ]
+        },
+    }
+    placement = Placement(
+        ClusterState.from_objects(objects), features=features or Features(), assumed=AssumeCache()
+    )
+    return placement, pod
