@@ -17,10 +17,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from extender import cel
 from extender.allocator import capacity
 from extender.allocator.constraints import Constraint
+from extender.allocator.distinct import Demand, can_fill, viable_values
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, ClassLookup, DeviceClassSpec, SelectorEvaluator
 from extender.allocator.model import Device, DeviceID, Slice
@@ -48,6 +50,14 @@ class _MaxSizeExceeded:
 
 MAX_EXCEEDED = _MaxSizeExceeded()
 Outcome = bool | _MaxSizeExceeded
+
+
+@dataclass(slots=True)
+class SearchStats:
+    """What one `allocate` call did; pass one in to read it (tests, reasons, metrics)."""
+
+    steps: int = 0  # recursive search steps (upstream's allocateOne calls)
+    pruned: int = 0  # branches cut because the distinct matching proved them empty
 
 
 @dataclass(slots=True)
@@ -79,6 +89,8 @@ def allocate(
     evaluator: SelectorEvaluator,
     should_stop: Callable[[], str | None] = lambda: None,
     new_share_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    stats: SearchStats | None = None,
+    prune_distinct: bool = True,
 ) -> list[ClaimAllocation] | None:
     """Allocate devices for all `claims` on `node`; see the module docstring for outcomes.
 
@@ -86,10 +98,16 @@ def allocate(
         should_stop: polled once per search step; a non-empty cause aborts the search with
             `AllocationAborted("filter operation aborted: <cause>")`.
         new_share_id: makes the shareID of each share of a multi-allocatable device.
+        stats: filled in with what the search did.
+        prune_distinct: cut branches the distinct matching proves empty (module `distinct`);
+            False gives the plain search, for tests that compare the two.
     """
     search = _Search(claims, node, pools, features, classes, allocated, evaluator)
     search.should_stop = should_stop
     search.new_share_id = new_share_id
+    if stats is not None:
+        search.stats = stats
+    search.prune_distinct = prune_distinct
     return search.run()
 
 
@@ -142,6 +160,12 @@ class _Search:
         self.should_stop: Callable[[], str | None] = lambda: None
         self.new_share_id: Callable[[], str] = lambda: str(uuid.uuid4())
         self.compile_selector: Callable[[str], object] = cel.compile_selector
+        self.stats = SearchStats()
+        self.prune_distinct = True
+        # Per claim: the distinct constraints the matching may prune, or None (not safe, see
+        # `_distinct_guards`); per (claim, constraint, request key): the values its devices carry.
+        self.distinct_guards: dict[int, list[int] | None] = {}
+        self.distinct_options: dict[tuple[int, int, tuple[int, int, int]], frozenset[Any]] = {}
         self.node_known = True  # False: `validate_claims`, which has no pools to look at
         self.requests: dict[tuple[int, int, int], _Request] = {}
         self.selected_sub: dict[tuple[int, int], int] = {}
@@ -372,6 +396,7 @@ class _Search:
 
     # ----------------------------------------------------------------- search
     def _allocate_one(self, c: int, r: int, s: int, d: int, *, in_subrequest: bool, start: int) -> Outcome:
+        self.stats.steps += 1
         cause = self.should_stop()
         if cause:
             raise AllocationAborted(f"filter operation aborted: {cause}")
@@ -414,6 +439,10 @@ class _Search:
             return outcome
 
         key = (c, r, s)
+        allowed = self._distinct_allowed(c, r, s, d, data) if self.claims[c].constraints else None
+        if allowed is not None and any(not values for _, values in allowed):
+            self.stats.pruned += 1
+            return False
         for position in range(start, len(self.candidates)):
             candidate = self.candidates[position]
             device = candidate.device
@@ -423,6 +452,11 @@ class _Search:
             elif self._in_use(device):
                 continue
             if not self._selectable(key, data, device, candidate.slice):
+                continue
+            if allowed is not None and not all(
+                self._distinct_value(constraint, device) in values for constraint, values in allowed
+            ):
+                self.stats.pruned += 1
                 continue
             if self.features.consumable_capacity and not self._capacity_fits(data, device):
                 continue
@@ -436,6 +470,111 @@ class _Search:
             if outcome is MAX_EXCEEDED:
                 return outcome
         return False
+
+    # ----------------------------------------------------------------- distinct pruning
+    def _distinct_allowed(
+        self, c: int, r: int, s: int, d: int, data: _Request
+    ) -> list[tuple[Constraint, frozenset[Any]]] | None:
+        """Per prunable distinct constraint of claim `c`: the values the next device of this
+        request may carry (see `distinct`). None: nothing to prune here; an empty set: no
+        device can complete the claim on this branch."""
+        guards = self._distinct_guards(c)
+        if not guards:
+            return None
+        claim = self.claims[c]
+        request_name, sub_name = (data.parent, data.spec.name) if data.parent else (data.spec.name, "")
+        allowed: list[tuple[Constraint, frozenset[Any]]] = []
+        for index in guards:
+            constraint = self.constraints[c][index]
+            later = [
+                Demand(
+                    self.requests[(c, later_r, 0)].num_devices,
+                    self.distinct_options[(c, index, (c, later_r, 0))],
+                )
+                for later_r in range(r + 1, len(claim.requests))
+                if claim.requests[later_r].exactly is not None
+                and constraint.applies_to(claim.requests[later_r].name, "")
+            ]
+            taken = frozenset(_scalar(e) for e in constraint.used_elements())
+            if not constraint.applies_to(request_name, sub_name):
+                if not can_fill(later, taken):
+                    return [(constraint, frozenset())]
+                continue
+            current = Demand(data.num_devices - d, self.distinct_options[(c, index, (c, r, s))])
+            allowed.append((constraint, viable_values(current, later, taken)))
+        return allowed or None
+
+    def _distinct_guards(self, c: int) -> list[int] | None:
+        """The distinct constraints of claim `c` the matching may prune with, or None.
+
+        Cutting a branch is exact only if upstream's search could not have met anything but
+        failure inside it. Within one claim that holds when no selector of the claim errs on a
+        device of the node, no constraint attribute is malformed, there is no `All` request
+        (its constraint failure is an error) and the claim cannot reach the 32-device limit.
+        Checking this evaluates the claim's selectors on every device of the node once
+        (memoised), which the search would mostly do anyway.
+        """
+        if not self.prune_distinct:
+            return None
+        if c in self.distinct_guards:
+            return self.distinct_guards[c]
+        guards: list[int] | None = None
+        try:
+            guards = self._find_distinct_guards(c)
+        except AllocationError:
+            guards = None  # an error upstream may or may not reach: search without pruning
+        self.distinct_guards[c] = guards
+        return guards
+
+    def _find_distinct_guards(self, c: int) -> list[int] | None:
+        claim = self.claims[c]
+        constraints = self.constraints[c]
+        distinct = [i for i, constraint in enumerate(constraints) if constraint.is_distinct]
+        if not distinct or self.features.list_type_attributes:
+            return None
+        keys = [key for key in self.requests if key[0] == c]
+        most = sum(
+            max(self.requests[(c, r, s)].num_devices for (_, rr, s) in keys if rr == r)
+            for r in range(len(claim.requests))
+        )
+        if most > MAX_DEVICES_PER_CLAIM:
+            return None
+        for key in keys:
+            data = self.requests[key]
+            if data.spec.mode == ALL:
+                return None
+            if self.features.capacity_names_1_37 and data.spec.capacity:
+                return None  # a capacity named twice is an error upstream meets per device
+        for candidate in self.candidates:
+            for constraint in constraints:
+                constraint.elements_of(candidate.device)  # raises on a malformed value
+        for index in distinct:
+            constraint = constraints[index]
+            for key in keys:
+                data = self.requests[key]
+                values = set()
+                for candidate in self.candidates:
+                    device = candidate.device
+                    if not self._selectable(key, data, device, candidate.slice):
+                        continue
+                    if not data.spec.is_admin and self._held_by_others(device):
+                        continue
+                    value = self._distinct_value(constraint, device)
+                    if value is not None:
+                        values.add(value)
+                self.distinct_options[(c, index, key)] = frozenset(values)
+        return distinct
+
+    def _distinct_value(self, constraint: Constraint, device: Device) -> Any:
+        elements = constraint.elements_of(device)
+        return _scalar(elements) if elements else None
+
+    def _held_by_others(self, device: Device) -> bool:
+        """In use by other claims before this search started (never changes during it)."""
+        if device.id in self.allocated.devices:
+            return True
+        multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        return not multi and device.id in self.shared_devices
 
     def _in_use(self, device: Device) -> bool:
         if device.id in self.allocated.devices or self.allocating.get(device.id):
@@ -583,6 +722,14 @@ class _Search:
             target = consumed[set_name]
             for name, amount in counters.items():
                 target[name] = _combine(target[name], amount, -1)
+
+
+def _scalar(elements: frozenset[Any] | tuple[str, Any]) -> Any:
+    """The one typed element of a scalar attribute value (a frozenset of one element)."""
+    if isinstance(elements, frozenset):
+        (element,) = elements
+        return element
+    return elements
 
 
 def _combine(base: Quantity | None, amount: Quantity, sign: int) -> Quantity:

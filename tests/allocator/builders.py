@@ -122,16 +122,17 @@ def run(
     features: Features | None = None,
     allocated: AllocatedState | None = None,
     node: Obj = NODE,
-    stats: Any = None,
+    **options: Any,
 ) -> list[ClaimAllocation] | None:
-    """Allocate `claims` on `node` as the service would; raises what `allocate` raises."""
+    """Allocate `claims` on `node` as the service would; raises what `allocate` raises.
+
+    `options` go to `allocate` (stats, should_stop, prune_distinct, ...)."""
     features = features or Features()
     parsed = [parse_slice(s) for s in slices]
     by_pool: dict[Any, list[Any]] = {}
     for slice_ in parsed:
         by_pool.setdefault(slice_.pool_id, []).append(slice_)
     pools = gather_pools(parsed, node, features, all_slices_of_pool=by_pool)
-    kwargs: Obj = {} if stats is None else {"stats": stats}
     return allocate(
         [parse_claim(c) for c in claims],
         node=node,
@@ -140,7 +141,7 @@ def run(
         classes=Classes(classes),
         allocated=allocated or AllocatedState(),
         evaluator=CachingEvaluator(features),
-        **kwargs,
+        **options,
     )
 
 
