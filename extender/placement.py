@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from extender import feasibility, scoring, telemetry
-from extender.allocator.allocating import allocate, validate_claims
+from extender.allocator.allocating import SearchStats, allocate, validate_claims
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
 from extender.allocator.pools import gather_pools
@@ -403,25 +403,28 @@ class Placement:
         allocated: AllocatedState,
         deadline: float,
     ) -> NodeVerdict:
+        """One node by the exact search; a failure is worded from that same search.
+
+        The search notes whether it refused anything only because other claims hold it (a
+        device, counters, capacity). If not, the search with nothing in use would have failed
+        identically: the node cannot serve the claims (unresolvable). If so, freeing devices
+        may help (failed, so preemption is considered), unless a request lacks devices
+        altogether.
+        """
+        stats = SearchStats()
         try:
-            result = self._run_allocator(evaluation.specs, index, name, allocated, deadline)
+            result = self._run_allocator(evaluation.specs, index, name, allocated, deadline, stats=stats)
         except NodeScopedError as exc:
             return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {exc}")
         if result is not None:
             evaluation.allocations[name] = result
             return NodeVerdict(PASSED)
-        try:
-            would_fit = (
-                self._run_allocator(evaluation.specs, index, name, AllocatedState(), deadline) is not None
-            )
-        except NodeScopedError:
-            would_fit = False
         refs = ", ".join(s.ref for s in evaluation.specs)
-        if would_fit:
-            return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use")
         short = _short_request(evaluation.specs, index, name)
         if short:
             return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {short} do not exist on the node")
+        if stats.held_back:
+            return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use")
         return NodeVerdict(
             UNRESOLVABLE,
             f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
@@ -435,6 +438,8 @@ class Placement:
         name: str,
         allocated: AllocatedState,
         deadline: float,
+        *,
+        stats: SearchStats | None = None,
     ) -> list[ClaimAllocation] | None:
         node = index.nodes.get(name) or _bare_node(name)
         pools = index.pools.get(name)
@@ -453,6 +458,7 @@ class Placement:
             allocated=allocated,
             evaluator=index.evaluator,
             should_stop=should_stop,
+            stats=stats,
         )
 
     def choose_allocations(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:

@@ -22,6 +22,7 @@ from typing import Any
 from extender import cel
 from extender.allocator import capacity
 from extender.allocator.constraints import Constraint
+from extender.allocator.counters import PoolCounters
 from extender.allocator.distinct import Demand, can_fill, viable_values
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, ClassLookup, DeviceClassSpec, SelectorEvaluator
@@ -58,6 +59,9 @@ class SearchStats:
 
     steps: int = 0  # recursive search steps (upstream's allocateOne calls)
     pruned: int = 0  # branches cut because the distinct matching proved them empty
+    #: Some device, counter or capacity was refused only because other claims hold it. When
+    #: False after a failed search, the search with nothing in use would fail the same way.
+    held_back: bool = False
 
 
 @dataclass(slots=True)
@@ -165,6 +169,7 @@ class _Search:
         # Per claim: the distinct constraints the matching may prune, or None (not safe, see
         # `_distinct_guards`); per (claim, constraint, request key): the values its devices carry.
         self.distinct_guards: dict[int, list[int] | None] = {}
+        self.distinct_held: dict[int, bool] = {}  # claim -> options left out devices others hold
         self.distinct_options: dict[tuple[int, int, tuple[int, int, int]], frozenset[Any]] = {}
         self.node_known = True  # False: `validate_claims`, which has no pools to look at
         self.requests: dict[tuple[int, int, int], _Request] = {}
@@ -173,8 +178,7 @@ class _Search:
         self.matches: dict[tuple[int, int, int, int], bool] = {}  # (id(device), claim, req, sub)
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}
-        self.available_counters: dict[int, dict[str, dict[str, Quantity]]] = {}
-        self.consumed_counters: dict[int, dict[str, dict[str, Quantity]]] = {}
+        self.counters: dict[int, PoolCounters] = {}  # by id(pool)
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.shared_devices = {device_id for device_id, _ in allocated.shared_ids} | set(
             allocated.aggregated_capacity
@@ -385,14 +389,26 @@ class _Search:
 
     def _capacity_fits(self, data: _Request, device: Device) -> bool:
         multi = self.features.consumable_capacity and device.allow_multiple_allocations
-        return capacity.fits(
+        existing = self.allocated.aggregated_capacity.get(device.id)
+        fits = capacity.fits(
             device,
             data.spec.capacity,
             multi=multi,
-            existing=self.allocated.aggregated_capacity.get(device.id),
+            existing=existing,
             allocating=self.allocating_capacity.get(device.id),
             qualified=self.features.capacity_names_1_37,
         )
+        if not fits and existing and multi and not self.stats.held_back:
+            # Refused only because of other claims' shares?
+            self.stats.held_back = capacity.fits(
+                device,
+                data.spec.capacity,
+                multi=multi,
+                existing=None,
+                allocating=self.allocating_capacity.get(device.id),
+                qualified=self.features.capacity_names_1_37,
+            )
+        return fits
 
     # ----------------------------------------------------------------- search
     def _allocate_one(self, c: int, r: int, s: int, d: int, *, in_subrequest: bool, start: int) -> Outcome:
@@ -441,7 +457,7 @@ class _Search:
         key = (c, r, s)
         allowed = self._distinct_allowed(c, r, s, d, data) if self.claims[c].constraints else None
         if allowed is not None and any(not values for _, values in allowed):
-            self.stats.pruned += 1
+            self._note_pruned(c)
             return False
         for position in range(start, len(self.candidates)):
             candidate = self.candidates[position]
@@ -450,13 +466,15 @@ class _Search:
                 if c in self.allocating.get(device.id, ()):
                     continue
             elif self._in_use(device):
+                if not self.stats.held_back and not self.allocating.get(device.id):
+                    self._note_held(key, data, candidate)
                 continue
             if not self._selectable(key, data, device, candidate.slice):
                 continue
             if allowed is not None and not all(
                 self._distinct_value(constraint, device) in values for constraint, values in allowed
             ):
-                self.stats.pruned += 1
+                self._note_pruned(c)
                 continue
             if self.features.consumable_capacity and not self._capacity_fits(data, device):
                 continue
@@ -503,6 +521,11 @@ class _Search:
             current = Demand(data.num_devices - d, self.distinct_options[(c, index, (c, r, s))])
             allowed.append((constraint, viable_values(current, later, taken)))
         return allowed or None
+
+    def _note_pruned(self, c: int) -> None:
+        self.stats.pruned += 1
+        if self.distinct_held.get(c):
+            self.stats.held_back = True
 
     def _distinct_guards(self, c: int) -> list[int] | None:
         """The distinct constraints of claim `c` the matching may prune with, or None.
@@ -558,6 +581,7 @@ class _Search:
                     if not self._selectable(key, data, device, candidate.slice):
                         continue
                     if not data.spec.is_admin and self._held_by_others(device):
+                        self.distinct_held[c] = True  # pruning may then be due to others' devices
                         continue
                     value = self._distinct_value(constraint, device)
                     if value is not None:
@@ -575,6 +599,14 @@ class _Search:
             return True
         multi = self.features.consumable_capacity and device.allow_multiple_allocations
         return not multi and device.id in self.shared_devices
+
+    def _note_held(self, key: tuple[int, int, int], data: _Request, candidate: _Candidate) -> None:
+        """A device other claims hold was passed over: note it if the request could use it."""
+        try:
+            usable = self._selectable(key, data, candidate.device, candidate.slice)
+        except AllocationError:
+            usable = True  # upstream never evaluates it here; an error must not surface from us
+        self.stats.held_back = usable
 
     def _in_use(self, device: Device) -> bool:
         if device.id in self.allocated.devices or self.allocating.get(device.id):
@@ -594,6 +626,8 @@ class _Search:
             if not multi and c in self.allocating.get(device.id, ()):
                 return None
         elif self._in_use(device):
+            if must and self._held_by_others(device):
+                self.stats.held_back = True  # an `All` device other claims hold
             return None
         if device.consumes_counters and not self.features.partitionable_devices:
             return None
@@ -682,46 +716,29 @@ class _Search:
         if sign < 0 and all(q.exact == 0 for q in current.values()):
             del self.allocating_capacity[device_id]
 
-    def _available(self, pool: Pool) -> dict[str, dict[str, Quantity]]:
-        key = id(pool)
-        available = self.available_counters.get(key)
-        if available is None:
-            available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-            for slice_ in (*pool.slices, *pool.slices_not_targeting_node):
-                for device in slice_.devices:
-                    # Dedicated allocations and existing shares both hold the device's counters.
-                    if device.id not in self.allocated.devices and device.id not in self.shared_devices:
-                        continue
-                    for set_name, counters in device.consumes_counters:
-                        target = available.get(set_name, {})
-                        for name, amount in counters.items():
-                            if name in target:
-                                target[name] = target[name] - amount
-            self.available_counters[key] = available
-        return available
+    def _pool_counters(self, pool: Pool) -> PoolCounters:
+        counters = self.counters.get(id(pool))
+        if counters is None:
+            counters = PoolCounters(pool, self._holds_counters)
+            self.counters[id(pool)] = counters
+        return counters
+
+    def _holds_counters(self, device_id: DeviceID) -> bool:
+        # Dedicated allocations and existing shares both hold the device's counters.
+        return device_id in self.allocated.devices or device_id in self.shared_devices
 
     def _take_counters(self, candidate: _Candidate) -> bool:
-        pool = candidate.pool
-        available = self._available(pool)
-        consumed = self.consumed_counters.setdefault(id(pool), {})
-        for set_name, counters in candidate.device.consumes_counters:
-            target = consumed.setdefault(set_name, {})
-            for name, amount in counters.items():
-                target[name] = _combine(target.get(name), amount, +1)
-        for set_name, counters in available.items():
-            used = consumed.get(set_name, {})
-            for name, amount in counters.items():
-                if name in used and amount.exact < used[name].exact:
-                    self._release_counters(candidate)
-                    return False
-        return True
+        counters = self._pool_counters(candidate.pool)
+        cost = counters.cost(candidate.device)
+        if counters.take(cost):
+            return True
+        if not self.stats.held_back and counters.fits_without_others(cost):
+            self.stats.held_back = True
+        return False
 
     def _release_counters(self, candidate: _Candidate) -> None:
-        consumed = self.consumed_counters[id(candidate.pool)]
-        for set_name, counters in candidate.device.consumes_counters:
-            target = consumed[set_name]
-            for name, amount in counters.items():
-                target[name] = _combine(target[name], amount, -1)
+        counters = self.counters[id(candidate.pool)]
+        counters.give_back(counters.cost(candidate.device))
 
 
 def _scalar(elements: frozenset[Any] | tuple[str, Any]) -> Any:
