@@ -10,6 +10,16 @@ The search is upstream's depth-first backtracking: claims in order, requests in 
 devices of one request it enumerates combinations rather than permutations (the next device
 starts after the previous one's position), as upstream's newer allocators do; since every
 check is a property of the set, the first solution found is the same.
+
+Where upstream v0.36.2 breaks an invariant of the API we keep the invariant instead
+(docs/upstream-differences.md): counters of a device that is turned away or undone are given
+back, counters are kept per (driver, pool), and `distinctAttribute` compares every device.
+
+Two additions make the search cheaper without changing its answer: a claim with a
+`distinctAttribute` constraint is pruned by bipartite matching (`distinct`; only where no error
+could hide in the pruned branches), and shared counters are integers (`counters`). `SearchStats`
+reports the steps taken and whether anything was refused only because other claims hold it,
+which lets the caller word a failure without searching again.
 """
 
 from __future__ import annotations
