@@ -612,8 +612,13 @@ class _Search:
 
     def _note_held(self, key: tuple[int, int, int], data: _Request, candidate: _Candidate) -> None:
         """A device other claims hold was passed over: note it if the request could use it."""
+        device = candidate.device
+        if self.features.device_taints and not all_tolerated(device.taints, data.spec.tolerations):
+            return  # refused anyway, held or not
+        if device.consumes_counters and not self.features.partitionable_devices:
+            return
         try:
-            usable = self._selectable(key, data, candidate.device, candidate.slice)
+            usable = self._selectable(key, data, device, candidate.slice)
         except AllocationError:
             usable = True  # upstream never evaluates it here; an error must not surface from us
         self.stats.held_back = usable
