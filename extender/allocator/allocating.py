@@ -399,6 +399,8 @@ class _Search:
 
     def _capacity_fits(self, data: _Request, device: Device) -> bool:
         multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        if not multi and not data.spec.capacity:
+            return True  # a dedicated device and nothing requested: nothing to compare
         existing = self.allocated.aggregated_capacity.get(device.id)
         fits = capacity.fits(
             device,
