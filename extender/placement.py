@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from extender import feasibility, scoring, telemetry
-from extender.allocator.allocating import allocate
+from extender.allocator.allocating import SearchStats, allocate, validate_claims
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
 from extender.allocator.pools import gather_pools
@@ -403,25 +403,28 @@ class Placement:
         allocated: AllocatedState,
         deadline: float,
     ) -> NodeVerdict:
+        """One node by the exact search; a failure is worded from that same search.
+
+        The search notes whether it refused anything only because other claims hold it (a
+        device, counters, capacity). If not, the search with nothing in use would have failed
+        identically: the node cannot serve the claims (unresolvable). If so, freeing devices
+        may help (failed, so preemption is considered), unless a request lacks devices
+        altogether.
+        """
+        stats = SearchStats()
         try:
-            result = self._run_allocator(evaluation.specs, index, name, allocated, deadline)
+            result = self._run_allocator(evaluation.specs, index, name, allocated, deadline, stats=stats)
         except NodeScopedError as exc:
             return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {exc}")
         if result is not None:
             evaluation.allocations[name] = result
             return NodeVerdict(PASSED)
-        try:
-            would_fit = (
-                self._run_allocator(evaluation.specs, index, name, AllocatedState(), deadline) is not None
-            )
-        except NodeScopedError:
-            would_fit = False
         refs = ", ".join(s.ref for s in evaluation.specs)
-        if would_fit:
-            return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use")
         short = _short_request(evaluation.specs, index, name)
         if short:
             return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {short} do not exist on the node")
+        if stats.held_back:
+            return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use")
         return NodeVerdict(
             UNRESOLVABLE,
             f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
@@ -435,6 +438,8 @@ class Placement:
         name: str,
         allocated: AllocatedState,
         deadline: float,
+        *,
+        stats: SearchStats | None = None,
     ) -> list[ClaimAllocation] | None:
         node = index.nodes.get(name) or _bare_node(name)
         pools = index.pools.get(name)
@@ -453,6 +458,7 @@ class Placement:
             allocated=allocated,
             evaluator=index.evaluator,
             should_stop=should_stop,
+            stats=stats,
         )
 
     def choose_allocations(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
@@ -634,36 +640,13 @@ def _bare_node(name: str) -> Obj:
 
 
 def _check_classes_and_selectors(specs: list[ClaimSpec], index: DeviceIndex) -> None:
-    """Pod-level input errors, before any node is looked at (unknown class, bad CEL)."""
-    checked_classes: set[str] = set()
-    for claim in specs:
-        for request in claim.requests:
-            for spec in (request.exactly, *request.first_available):
-                if spec is None:
-                    continue
-                if spec.class_name and spec.class_name not in index.classes:
-                    raise AllocationError(
-                        f"claim {claim.ref}, request {spec.name}: could not retrieve device class "
-                        f'{spec.class_name}: deviceclass.resource.k8s.io "{spec.class_name}" not found'
-                    )
-                device_class = index.classes.get(spec.class_name)
-                if device_class is not None and device_class.name not in checked_classes:
-                    checked_classes.add(device_class.name)
-                    _compile_all(device_class.selectors, f"class {device_class.name}")
-                _compile_all(spec.selectors, f"claim {claim.ref}")
+    """Pod-level input errors, before any node is looked at (unknown class, bad CEL, limits).
 
-
-def _compile_all(selectors: Any, owner: str) -> None:
-    from extender import cel
-    from extender.errors import CelCompileError
-
-    for number, selector in enumerate(selectors):
-        if selector.expression is None:
-            continue
-        try:
-            cel.compile_selector(selector.expression)
-        except CelCompileError as exc:
-            raise CelCompileError(f"{owner}: selector #{number}: CEL compile error: {exc}") from exc
+    This is the allocator's own validation, claim by claim and request by request in upstream's
+    order, so the error reported is the one upstream reports first, whichever tier then decides
+    the nodes. It stops where validation needs a node (an `All` request); the search finishes it.
+    """
+    validate_claims(specs, features=index.features, classes=_Classes(index))
 
 
 def _short_request(specs: list[ClaimSpec], index: DeviceIndex, name: str) -> str:

@@ -10,6 +10,16 @@ The search is upstream's depth-first backtracking: claims in order, requests in 
 devices of one request it enumerates combinations rather than permutations (the next device
 starts after the previous one's position), as upstream's newer allocators do; since every
 check is a property of the set, the first solution found is the same.
+
+Where upstream v0.36.2 breaks an invariant of the API we keep the invariant instead
+(docs/upstream-differences.md): counters of a device that is turned away or undone are given
+back, counters are kept per (driver, pool), and `distinctAttribute` compares every device.
+
+Two additions make the search cheaper without changing its answer: a claim with a
+`distinctAttribute` constraint is pruned by bipartite matching (`distinct`; only where no error
+could hide in the pruned branches), and shared counters are integers (`counters`). `SearchStats`
+reports the steps taken and whether anything was refused only because other claims hold it,
+which lets the caller word a failure without searching again.
 """
 
 from __future__ import annotations
@@ -17,9 +27,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from extender import cel
 from extender.allocator import capacity
 from extender.allocator.constraints import Constraint
+from extender.allocator.counters import PoolCounters
+from extender.allocator.distinct import Demand, can_fill, viable_values
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, ClassLookup, DeviceClassSpec, SelectorEvaluator
 from extender.allocator.model import Device, DeviceID, Slice
@@ -47,6 +61,17 @@ class _MaxSizeExceeded:
 
 MAX_EXCEEDED = _MaxSizeExceeded()
 Outcome = bool | _MaxSizeExceeded
+
+
+@dataclass(slots=True)
+class SearchStats:
+    """What one `allocate` call did; pass one in to read it (tests, reasons, metrics)."""
+
+    steps: int = 0  # recursive search steps (upstream's allocateOne calls)
+    pruned: int = 0  # branches cut because the distinct matching proved them empty
+    #: Some device, counter or capacity was refused only because other claims hold it. When
+    #: False after a failed search, the search with nothing in use would fail the same way.
+    held_back: bool = False
 
 
 @dataclass(slots=True)
@@ -78,6 +103,8 @@ def allocate(
     evaluator: SelectorEvaluator,
     should_stop: Callable[[], str | None] = lambda: None,
     new_share_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+    stats: SearchStats | None = None,
+    prune_distinct: bool = True,
 ) -> list[ClaimAllocation] | None:
     """Allocate devices for all `claims` on `node`; see the module docstring for outcomes.
 
@@ -85,11 +112,43 @@ def allocate(
         should_stop: polled once per search step; a non-empty cause aborts the search with
             `AllocationAborted("filter operation aborted: <cause>")`.
         new_share_id: makes the shareID of each share of a multi-allocatable device.
+        stats: filled in with what the search did.
+        prune_distinct: cut branches the distinct matching proves empty (module `distinct`);
+            False gives the plain search, for tests that compare the two.
     """
     search = _Search(claims, node, pools, features, classes, allocated, evaluator)
     search.should_stop = should_stop
     search.new_share_id = new_share_id
+    if stats is not None:
+        search.stats = stats
+    search.prune_distinct = prune_distinct
     return search.run()
+
+
+class _NodeDependent(Exception):
+    """Validation reached a step that depends on the node's pools (an `All` request)."""
+
+
+def validate_claims(claims: Sequence[ClaimSpec], *, features: Features, classes: ClassLookup) -> None:
+    """Upstream's claim validation (dra.md §3.3) as far as it does not depend on the node.
+
+    Claims and requests are checked in order, exactly as `allocate` checks them, and the first
+    error is raised. An `All` request makes the rest of the validation node-dependent (it
+    evaluates selectors against the node's devices), so the check stops there: `allocate` will
+    finish it per node, still in claim order.
+    """
+    search = _Search(claims, {}, (), features, classes, AllocatedState(), _NoEvaluation())
+    search.node_known = False
+    try:
+        for claim_index, claim in enumerate(claims):
+            search._validate_claim(claim_index, claim)
+    except _NodeDependent:
+        return
+
+
+class _NoEvaluation:
+    def evaluate(self, expression: str, device: Device) -> bool:
+        raise AssertionError("node-independent validation evaluates no selector")
 
 
 class _Search:
@@ -114,14 +173,22 @@ class _Search:
         self.evaluator = evaluator
         self.should_stop: Callable[[], str | None] = lambda: None
         self.new_share_id: Callable[[], str] = lambda: str(uuid.uuid4())
+        self.compile_selector: Callable[[str], object] = cel.compile_selector
+        self.stats = SearchStats()
+        self.prune_distinct = True
+        # Per claim: the distinct constraints the matching may prune, or None (not safe, see
+        # `_distinct_guards`); per (claim, constraint, request key): the values its devices carry.
+        self.distinct_guards: dict[int, list[int] | None] = {}
+        self.distinct_held: dict[int, bool] = {}  # claim -> options left out devices others hold
+        self.distinct_options: dict[tuple[int, int, tuple[int, int, int]], frozenset[Any]] = {}
+        self.node_known = True  # False: `validate_claims`, which has no pools to look at
         self.requests: dict[tuple[int, int, int], _Request] = {}
         self.selected_sub: dict[tuple[int, int], int] = {}
         self.constraints: list[list[Constraint]] = []
         self.matches: dict[tuple[int, int, int, int], bool] = {}  # (id(device), claim, req, sub)
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}
-        self.available_counters: dict[int, dict[str, dict[str, Quantity]]] = {}
-        self.consumed_counters: dict[int, dict[str, dict[str, Quantity]]] = {}
+        self.counters: dict[int, PoolCounters] = {}  # by id(pool)
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.shared_devices = {device_id for device_id, _ in allocated.shared_ids} | set(
             allocated.aggregated_capacity
@@ -250,12 +317,18 @@ class _Search:
                 f"claim {claim.ref}, request {spec.name}: could not retrieve device class {spec.class_name}: "
                 f'deviceclass.resource.k8s.io "{spec.class_name}" not found'
             )
+        # Upstream compiles a request's CEL right after its class lookup, claim by claim, so a
+        # compile error in an earlier claim is reported before a missing class in a later one.
+        self._compile_selectors(device_class.selectors, f"class {device_class.name}")
+        self._compile_selectors(spec.selectors, f"claim {claim.ref}")
         key = (claim_index, request_index, sub_index)
         data = _Request(spec=spec, parent=parent, device_class=device_class, num_devices=0)
         self.requests[key] = data
         if spec.mode == EXACT_COUNT:
             data.num_devices = spec.count
         elif spec.mode == ALL:
+            if not self.node_known:
+                raise _NodeDependent
             data.all_devices = []
             for pool in self.pools:
                 if pool.incomplete:
@@ -281,6 +354,15 @@ class _Search:
                 f"claim {claim.ref}, request {spec.name}: unsupported count mode {spec.mode}"
             )
         return data
+
+    def _compile_selectors(self, selectors: Sequence[Selector], owner: str) -> None:
+        for index, selector in enumerate(selectors):
+            if selector.expression is None:
+                continue
+            try:
+                self.compile_selector(selector.expression)
+            except CelCompileError as exc:
+                raise CelCompileError(f"{owner}: selector #{index}: CEL compile error: {exc}") from exc
 
     # ----------------------------------------------------------------- selection
     def _selectable(self, key: tuple[int, int, int], data: _Request, device: Device, slice_: Slice) -> bool:
@@ -317,16 +399,32 @@ class _Search:
 
     def _capacity_fits(self, data: _Request, device: Device) -> bool:
         multi = self.features.consumable_capacity and device.allow_multiple_allocations
-        return capacity.fits(
+        if not multi and not data.spec.capacity:
+            return True  # a dedicated device and nothing requested: nothing to compare
+        existing = self.allocated.aggregated_capacity.get(device.id)
+        fits = capacity.fits(
             device,
             data.spec.capacity,
             multi=multi,
-            existing=self.allocated.aggregated_capacity.get(device.id),
+            existing=existing,
             allocating=self.allocating_capacity.get(device.id),
+            qualified=self.features.capacity_names_1_37,
         )
+        if not fits and existing and multi and not self.stats.held_back:
+            # Refused only because of other claims' shares?
+            self.stats.held_back = capacity.fits(
+                device,
+                data.spec.capacity,
+                multi=multi,
+                existing=None,
+                allocating=self.allocating_capacity.get(device.id),
+                qualified=self.features.capacity_names_1_37,
+            )
+        return fits
 
     # ----------------------------------------------------------------- search
     def _allocate_one(self, c: int, r: int, s: int, d: int, *, in_subrequest: bool, start: int) -> Outcome:
+        self.stats.steps += 1
         cause = self.should_stop()
         if cause:
             raise AllocationAborted(f"filter operation aborted: {cause}")
@@ -369,6 +467,10 @@ class _Search:
             return outcome
 
         key = (c, r, s)
+        allowed = self._distinct_allowed(c, r, s, d, data) if self.claims[c].constraints else None
+        if allowed is not None and any(not values for _, values in allowed):
+            self._note_pruned(c)
+            return False
         for position in range(start, len(self.candidates)):
             candidate = self.candidates[position]
             device = candidate.device
@@ -376,8 +478,15 @@ class _Search:
                 if c in self.allocating.get(device.id, ()):
                     continue
             elif self._in_use(device):
+                if not self.stats.held_back and not self.allocating.get(device.id):
+                    self._note_held(key, data, candidate)
                 continue
             if not self._selectable(key, data, device, candidate.slice):
+                continue
+            if allowed is not None and not all(
+                self._distinct_value(constraint, device) in values for constraint, values in allowed
+            ):
+                self._note_pruned(c)
                 continue
             if self.features.consumable_capacity and not self._capacity_fits(data, device):
                 continue
@@ -391,6 +500,130 @@ class _Search:
             if outcome is MAX_EXCEEDED:
                 return outcome
         return False
+
+    # ----------------------------------------------------------------- distinct pruning
+    def _distinct_allowed(
+        self, c: int, r: int, s: int, d: int, data: _Request
+    ) -> list[tuple[Constraint, frozenset[Any]]] | None:
+        """Per prunable distinct constraint of claim `c`: the values the next device of this
+        request may carry (see `distinct`). None: nothing to prune here; an empty set: no
+        device can complete the claim on this branch."""
+        guards = self._distinct_guards(c)
+        if not guards:
+            return None
+        claim = self.claims[c]
+        request_name, sub_name = (data.parent, data.spec.name) if data.parent else (data.spec.name, "")
+        allowed: list[tuple[Constraint, frozenset[Any]]] = []
+        for index in guards:
+            constraint = self.constraints[c][index]
+            later = [
+                Demand(
+                    self.requests[(c, later_r, 0)].num_devices,
+                    self.distinct_options[(c, index, (c, later_r, 0))],
+                )
+                for later_r in range(r + 1, len(claim.requests))
+                if claim.requests[later_r].exactly is not None
+                and constraint.applies_to(claim.requests[later_r].name, "")
+            ]
+            taken = frozenset(_scalar(e) for e in constraint.used_elements())
+            if not constraint.applies_to(request_name, sub_name):
+                if not can_fill(later, taken):
+                    return [(constraint, frozenset())]
+                continue
+            current = Demand(data.num_devices - d, self.distinct_options[(c, index, (c, r, s))])
+            allowed.append((constraint, viable_values(current, later, taken)))
+        return allowed or None
+
+    def _note_pruned(self, c: int) -> None:
+        self.stats.pruned += 1
+        if self.distinct_held.get(c):
+            self.stats.held_back = True
+
+    def _distinct_guards(self, c: int) -> list[int] | None:
+        """The distinct constraints of claim `c` the matching may prune with, or None.
+
+        Cutting a branch is exact only if upstream's search could not have met anything but
+        failure inside it. Within one claim that holds when no selector of the claim errs on a
+        device of the node, no constraint attribute is malformed, there is no `All` request
+        (its constraint failure is an error) and the claim cannot reach the 32-device limit.
+        Checking this evaluates the claim's selectors on every device of the node once
+        (memoised), which the search would mostly do anyway.
+        """
+        if not self.prune_distinct:
+            return None
+        if c in self.distinct_guards:
+            return self.distinct_guards[c]
+        guards: list[int] | None = None
+        try:
+            guards = self._find_distinct_guards(c)
+        except AllocationError:
+            guards = None  # an error upstream may or may not reach: search without pruning
+        self.distinct_guards[c] = guards
+        return guards
+
+    def _find_distinct_guards(self, c: int) -> list[int] | None:
+        claim = self.claims[c]
+        constraints = self.constraints[c]
+        distinct = [i for i, constraint in enumerate(constraints) if constraint.is_distinct]
+        if not distinct or self.features.list_type_attributes:
+            return None
+        keys = [key for key in self.requests if key[0] == c]
+        most = sum(
+            max(self.requests[(c, r, s)].num_devices for (_, rr, s) in keys if rr == r)
+            for r in range(len(claim.requests))
+        )
+        if most > MAX_DEVICES_PER_CLAIM:
+            return None
+        for key in keys:
+            data = self.requests[key]
+            if data.spec.mode == ALL:
+                return None
+            if self.features.capacity_names_1_37 and data.spec.capacity:
+                return None  # a capacity named twice is an error upstream meets per device
+        for candidate in self.candidates:
+            for constraint in constraints:
+                constraint.elements_of(candidate.device)  # raises on a malformed value
+        for index in distinct:
+            constraint = constraints[index]
+            for key in keys:
+                data = self.requests[key]
+                values = set()
+                for candidate in self.candidates:
+                    device = candidate.device
+                    if not self._selectable(key, data, device, candidate.slice):
+                        continue
+                    if not data.spec.is_admin and self._held_by_others(device):
+                        self.distinct_held[c] = True  # pruning may then be due to others' devices
+                        continue
+                    value = self._distinct_value(constraint, device)
+                    if value is not None:
+                        values.add(value)
+                self.distinct_options[(c, index, key)] = frozenset(values)
+        return distinct
+
+    def _distinct_value(self, constraint: Constraint, device: Device) -> Any:
+        elements = constraint.elements_of(device)
+        return _scalar(elements) if elements else None
+
+    def _held_by_others(self, device: Device) -> bool:
+        """In use by other claims before this search started (never changes during it)."""
+        if device.id in self.allocated.devices:
+            return True
+        multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        return not multi and device.id in self.shared_devices
+
+    def _note_held(self, key: tuple[int, int, int], data: _Request, candidate: _Candidate) -> None:
+        """A device other claims hold was passed over: note it if the request could use it."""
+        device = candidate.device
+        if self.features.device_taints and not all_tolerated(device.taints, data.spec.tolerations):
+            return  # refused anyway, held or not
+        if device.consumes_counters and not self.features.partitionable_devices:
+            return
+        try:
+            usable = self._selectable(key, data, device, candidate.slice)
+        except AllocationError:
+            usable = True  # upstream never evaluates it here; an error must not surface from us
+        self.stats.held_back = usable
 
     def _in_use(self, device: Device) -> bool:
         if device.id in self.allocated.devices or self.allocating.get(device.id):
@@ -410,6 +643,8 @@ class _Search:
             if not multi and c in self.allocating.get(device.id, ()):
                 return None
         elif self._in_use(device):
+            if must and self._held_by_others(device):
+                self.stats.held_back = True  # an `All` device other claims hold
             return None
         if device.consumes_counters and not self.features.partitionable_devices:
             return None
@@ -448,7 +683,10 @@ class _Search:
                     self._release_counters(candidate)
                 return None
             if multi:
-                consumed = capacity.consumption(device, spec.capacity) or {}
+                consumed = (
+                    capacity.consumption(device, spec.capacity, qualified=self.features.capacity_names_1_37)
+                    or {}
+                )
                 share_id = self.new_share_id()
                 self._add_capacity(device.id, consumed, +1)
         if not multi:
@@ -495,46 +733,37 @@ class _Search:
         if sign < 0 and all(q.exact == 0 for q in current.values()):
             del self.allocating_capacity[device_id]
 
-    def _available(self, pool: Pool) -> dict[str, dict[str, Quantity]]:
-        key = id(pool)
-        available = self.available_counters.get(key)
-        if available is None:
-            available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
-            for slice_ in (*pool.slices, *pool.slices_not_targeting_node):
-                for device in slice_.devices:
-                    # Dedicated allocations and existing shares both hold the device's counters.
-                    if device.id not in self.allocated.devices and device.id not in self.shared_devices:
-                        continue
-                    for set_name, counters in device.consumes_counters:
-                        target = available.get(set_name, {})
-                        for name, amount in counters.items():
-                            if name in target:
-                                target[name] = target[name] - amount
-            self.available_counters[key] = available
-        return available
+    def _pool_counters(self, pool: Pool) -> PoolCounters:
+        counters = self.counters.get(id(pool))
+        if counters is None:
+            counters = PoolCounters(pool, self._holds_counters)
+            self.counters[id(pool)] = counters
+        return counters
+
+    def _holds_counters(self, device_id: DeviceID) -> bool:
+        # Dedicated allocations and existing shares both hold the device's counters.
+        return device_id in self.allocated.devices or device_id in self.shared_devices
 
     def _take_counters(self, candidate: _Candidate) -> bool:
-        pool = candidate.pool
-        available = self._available(pool)
-        consumed = self.consumed_counters.setdefault(id(pool), {})
-        for set_name, counters in candidate.device.consumes_counters:
-            target = consumed.setdefault(set_name, {})
-            for name, amount in counters.items():
-                target[name] = _combine(target.get(name), amount, +1)
-        for set_name, counters in available.items():
-            used = consumed.get(set_name, {})
-            for name, amount in counters.items():
-                if name in used and amount.exact < used[name].exact:
-                    self._release_counters(candidate)
-                    return False
-        return True
+        counters = self._pool_counters(candidate.pool)
+        cost = counters.cost(candidate.device)
+        if counters.take(cost):
+            return True
+        if not self.stats.held_back and counters.fits_without_others(cost):
+            self.stats.held_back = True
+        return False
 
     def _release_counters(self, candidate: _Candidate) -> None:
-        consumed = self.consumed_counters[id(candidate.pool)]
-        for set_name, counters in candidate.device.consumes_counters:
-            target = consumed[set_name]
-            for name, amount in counters.items():
-                target[name] = _combine(target[name], amount, -1)
+        counters = self.counters[id(candidate.pool)]
+        counters.give_back(counters.cost(candidate.device))
+
+
+def _scalar(elements: frozenset[Any] | tuple[str, Any]) -> Any:
+    """The one typed element of a scalar attribute value (a frozenset of one element)."""
+    if isinstance(elements, frozenset):
+        (element,) = elements
+        return element
+    return elements
 
 
 def _combine(base: Quantity | None, amount: Quantity, sign: int) -> Quantity:

@@ -5,6 +5,12 @@ consumes some of each capacity (the request rounded up by the capacity's request
 the policy default, or the whole capacity when the request does not name it), and the sum over
 existing shares, shares chosen in this search and the new one must stay within the capacity.
 For a dedicated device a capacity request is only a filter: requested <= capacity.
+
+Capacity names: Kubernetes 1.36 (allocator v0.36.2) matches request keys to device capacity keys
+literally, so `<driver>/memory` in a request does not find a device capacity `memory`, nor the
+reverse. Kubernetes 1.37 qualifies bare names with the driver's domain first (dra.md §3.5). Which
+rule applies is `Features.capacity_names_1_37` (off by default: we reproduce 1.36); every function
+here takes it as `qualified`.
 """
 
 from __future__ import annotations
@@ -24,8 +30,14 @@ def _qualify(name: str, driver: str) -> str:
     return name if "/" in name else f"{driver}/{name}"
 
 
-def _device_capacities(device: Device) -> dict[str, tuple[str, CapacitySpec]]:
-    """Qualified name -> (published name, spec); a qualified publication wins over a bare one."""
+def _device_capacities(device: Device, qualified: bool) -> dict[str, tuple[str, CapacitySpec]]:
+    """Lookup name -> (published name, spec).
+
+    Literal (1.36): the published names themselves. Qualified (1.37): bare names get the
+    driver's domain, and a qualified publication wins over a bare one of the same capacity.
+    """
+    if not qualified:
+        return {name: (name, spec) for name, spec in device.capacity.items()}
     result: dict[str, tuple[str, CapacitySpec]] = {}
     for name, spec in device.capacity.items():
         qualified = _qualify(name, device.id.driver)
@@ -35,7 +47,10 @@ def _device_capacities(device: Device) -> dict[str, tuple[str, CapacitySpec]]:
     return result
 
 
-def _requested(requests: dict[str, Quantity], driver: str) -> dict[str, Quantity]:
+def _requested(requests: dict[str, Quantity], driver: str, qualified_names: bool) -> dict[str, Quantity]:
+    """Request lookup name -> amount; with 1.37 naming, one capacity named twice is an error."""
+    if not qualified_names:
+        return requests
     qualified: dict[str, Quantity] = {}
     original: dict[str, str] = {}
     for name, value in requests.items():
@@ -77,11 +92,13 @@ def _violates(spec: CapacitySpec, consumed: Quantity) -> bool:
     return False
 
 
-def consumption(device: Device, requests: dict[str, Quantity] | None) -> Consumption | None:
+def consumption(
+    device: Device, requests: dict[str, Quantity] | None, *, qualified: bool = False
+) -> Consumption | None:
     """What one allocation of a multi-allocatable device consumes; None if it cannot (policy or
     a requested capacity the device lacks)."""
-    capacities = _device_capacities(device)
-    wanted = _requested(requests or {}, device.id.driver)
+    capacities = _device_capacities(device, qualified)
+    wanted = _requested(requests or {}, device.id.driver, qualified)
     if any(key not in capacities for key in wanted):
         return None
     consumed: Consumption = {}
@@ -103,15 +120,16 @@ def fits(
     multi: bool,
     existing: Consumption | None,
     allocating: Consumption | None,
+    qualified: bool = False,
 ) -> bool:
     """Upstream CmpRequestOverCapacity: can this request take (a share of) the device?"""
     if not multi:
-        capacities = _device_capacities(device)
-        for key, value in _requested(requests or {}, device.id.driver).items():
+        capacities = _device_capacities(device, qualified)
+        for key, value in _requested(requests or {}, device.id.driver, qualified).items():
             if key not in capacities or value > capacities[key][1].value:
                 return False
         return True
-    consumed = consumption(device, requests)
+    consumed = consumption(device, requests, qualified=qualified)
     if consumed is None:
         return False
     for name, amount in consumed.items():

@@ -63,6 +63,25 @@ class Constraint:
         # match: running intersections (one per added device); distinct: each device's set.
         self._stack: list[frozenset[Element]] = []
 
+    @property
+    def is_distinct(self) -> bool:
+        return self._distinct
+
+    @property
+    def attribute(self) -> str:
+        return self._attribute
+
+    def elements_of(self, device: Device) -> frozenset[Element] | None:
+        """The device's typed elements of this constraint's attribute (None: it lacks it)."""
+        raw = lookup_attribute(device, self._attribute)
+        if raw is None:
+            return None
+        return attribute_elements(raw, list_types=self._list_types, name=self._attribute)
+
+    def used_elements(self) -> frozenset[Element]:
+        """Every element held by the devices added so far (for distinct: no new device may reuse one)."""
+        return frozenset().union(*self._stack)
+
     def applies_to(self, request: str, subrequest: str) -> bool:
         """Empty `requests` covers all; a parent name covers its subrequests; `req/sub` covers one."""
         if not self._requests:
@@ -73,10 +92,7 @@ class Constraint:
         """Try to add a device; True (and state updated) if the constraint still holds."""
         if not self.applies_to(request, subrequest):
             return True
-        raw = lookup_attribute(device, self._attribute)
-        if raw is None:
-            return False
-        elements = attribute_elements(raw, list_types=self._list_types, name=self._attribute)
+        elements = self.elements_of(device)
         if elements is None:
             return False
         if self._distinct:

@@ -20,6 +20,9 @@ GATE_DEFAULTS: dict[str, bool] = {
     "DRAPartitionableDevices": True,
     "DRAPrioritizedList": True,
     "DRAResourceClaimDeviceStatus": True,
+    # Not a Kubernetes gate: selects the Kubernetes 1.37 capacity-name rule (see
+    # `Features.capacity_names_1_37`). Named after the version whose behaviour it turns on.
+    "Kubernetes137CapacityNames": False,
 }
 
 
@@ -28,6 +31,9 @@ class Features:
     """Which optional allocator behaviours are on (fields sorted, as upstream keeps them)."""
 
     admin_access: bool = True
+    #: Kubernetes 1.37's capacity-name rule: a bare name in a request or on a device means
+    #: `<driver>/<name>`. Off (1.36, allocator v0.36.2): capacity names are matched literally.
+    capacity_names_1_37: bool = False
     consumable_capacity: bool = True
     device_binding_and_status: bool = True
     device_taint_rules: bool = False
@@ -47,6 +53,7 @@ class Features:
             merged[name] = value
         return cls(
             admin_access=merged["DRAAdminAccess"],
+            capacity_names_1_37=merged["Kubernetes137CapacityNames"],
             consumable_capacity=merged["DRAConsumableCapacity"],
             device_binding_and_status=merged["DRADeviceBindingConditions"]
             and merged["DRAResourceClaimDeviceStatus"],

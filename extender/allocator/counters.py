@@ -1,0 +1,98 @@
+"""Shared-counter bookkeeping of one pool during one search (spec dra.md §3.6), in integers.
+
+A search takes and gives back counters at every step that tries a partitionable device, so this
+is on the search's inner loop. Quantities are converted once to integers in nano-units (every
+parsed Kubernetes quantity is a whole number of nano-units, so the conversion is exact), a
+device's cost is a short tuple of (counter index, amount), and the pool-wide check "no counter
+has consumed > available" is kept as a running count of violated counters instead of a scan.
+
+Upstream compares, on every take, each counter of the pool that this search has consumed from
+(a counter the search never touched is not compared, even if other claims over-used it); the
+`touched` flags reproduce that. Accounting is per `Pool` object, i.e. per (driver, pool): see
+docs/upstream-differences.md (b).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import ceil
+
+from extender.allocator.model import Device, DeviceID
+from extender.allocator.pools import Pool
+from extender.quantity import Quantity
+
+_NANO = 10**9
+
+Cost = tuple[tuple[int, int], ...]
+
+
+def nano_units(quantity: Quantity) -> int:
+    """The quantity as a whole number of nano-units (exact for any parsed quantity: the parser
+    rounds finer values to 1n; anything else would be rounded up)."""
+    return ceil(quantity.exact * _NANO)
+
+
+class PoolCounters:
+    """Available and consumed counters of one pool; `take`/`give_back` in LIFO order."""
+
+    __slots__ = ("_costs", "_index", "available", "base", "consumed", "touched", "violations")
+
+    def __init__(self, pool: Pool, held_by_others: Callable[[DeviceID], bool]) -> None:
+        self._index: dict[tuple[str, str], int] = {}
+        self.base: list[int] = []  # the counter sets' values
+        for set_name, counters in pool.counter_sets.items():
+            for name, amount in counters.items():
+                self._index[(set_name, name)] = len(self.base)
+                self.base.append(nano_units(amount))
+        self._costs: dict[int, Cost] = {}
+        # Minus what devices held by other claims consume (may go negative: nothing left).
+        self.available = list(self.base)
+        for slice_ in (*pool.slices, *pool.slices_not_targeting_node):
+            for device in slice_.devices:
+                if device.consumes_counters and held_by_others(device.id):
+                    for index, amount in self.cost(device):
+                        self.available[index] -= amount
+        self.consumed = [0] * len(self.base)
+        self.touched = [False] * len(self.base)
+        self.violations = 0  # touched counters with consumed > available
+
+    def cost(self, device: Device) -> Cost:
+        """What the device consumes, by counter index (counters the pool lacks are ignored)."""
+        cost = self._costs.get(id(device))
+        if cost is None:
+            cost = tuple(
+                (self._index[(set_name, name)], nano_units(amount))
+                for set_name, counters in device.consumes_counters
+                for name, amount in counters.items()
+                if (set_name, name) in self._index
+            )
+            self._costs[id(device)] = cost
+        return cost
+
+    def take(self, cost: Cost) -> bool:
+        """Consume `cost`; False (and nothing consumed) if some touched counter is over."""
+        self._apply(cost, +1)
+        if self.violations:
+            self._apply(cost, -1)
+            return False
+        return True
+
+    def give_back(self, cost: Cost) -> None:
+        self._apply(cost, -1)
+
+    def fits_without_others(self, cost: Cost) -> bool:
+        """Would `take(cost)` succeed if other claims held no counters? (for wording reasons)"""
+        consumed = list(self.consumed)
+        for index, amount in cost:
+            consumed[index] += amount
+        touched = set(index for index, _ in cost)
+        touched.update(i for i, flag in enumerate(self.touched) if flag)
+        return all(consumed[i] <= self.base[i] for i in touched)
+
+    def _apply(self, cost: Cost, sign: int) -> None:
+        available, consumed, touched = self.available, self.consumed, self.touched
+        for index, amount in cost:
+            before = touched[index] and consumed[index] > available[index]
+            consumed[index] += sign * amount
+            touched[index] = True
+            self.violations += (consumed[index] > available[index]) - before
