@@ -74,7 +74,7 @@ DURATION_BUCKETS: tuple[float, ...] = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 FILTER_NODE_RESULTS: tuple[str, ...] = ("passed", "failed", "unresolvable")
-FILTER_ERROR_REASONS: tuple[str, ...] = ("not_ready", "error")
+FILTER_ERROR_REASONS: tuple[str, ...] = ("not_ready", "timeout", "error")
 PRIORITIZE_NODE_RESULTS: tuple[str, ...] = ("scored", "zero")
 #: The `reason` label of bind outcomes; anything else is counted as "error" (bounded cardinality).
 BIND_REASONS: tuple[str, ...] = (
@@ -353,7 +353,9 @@ class StateCollector(Collector):
             yield _gauge(
                 "dra_extender_ready", "1 when the cluster state is loaded/synced, else 0.", float(bool(ready))
             )
-        index = _call(placement, "index") if ready else None
+        # `current_index()` never builds one (the build belongs on the placement worker thread).
+        reader = "current_index" if callable(getattr(placement, "current_index", None)) else "index"
+        index = _call(placement, reader) if ready else None
         if index is not None:
             yield from self._index_metrics(index)
         assumed = getattr(placement, "assumed", None)

@@ -55,15 +55,17 @@ def freeze_heap() -> None:
 
 def build_kube_services(
     settings: Settings,
-    loop: asyncio.AbstractEventLoop | None = None,
     *,
     api_client: kubernetes.client.ApiClient | None = None,
 ) -> tuple[Placement, BindService, KubeSource]:
     """Placement, binder and watch source for kube mode, over an initially empty ClusterState.
 
+    The watch applies its events on the placement's worker thread, the thread that runs every
+    evaluation and bind step, so an evaluation never sees the state change under it (and the
+    state needs no lock); events wait while an evaluation runs.
+
     Args:
         settings: the effective settings (kubeconfig, watch stall and readiness limits).
-        loop: the loop that owns the state; None means the loop `source.start()` runs on.
         api_client: a ready client (tests); None loads kubeconfig or in-cluster config.
 
     Returns:
@@ -81,16 +83,19 @@ def build_kube_services(
 
     state = ClusterState()
     api_client = api_client or kube.load_api_client(settings)
-    source = kube.KubeSource(state, settings, api_client=api_client, loop=loop)
     placement = Placement(
         state,
         features=settings.features,
         assumed=AssumeCache(ttl_seconds=settings.assume_ttl_seconds),
         filter_timeout_seconds=settings.filter_timeout_seconds,
         topology=settings.topology(),
-        is_synced=source.synced,
+        is_synced=lambda: source.synced(),
         freeze_caches=True,
     )
+    # The source schedules its state writes with `loop.call_soon_threadsafe` (and checks
+    # `is_closed`); the worker offers both, so the writes run on the worker thread.
+    worker: Any = placement.worker
+    source = kube.KubeSource(state, settings, api_client=api_client, loop=worker)
     placement.source_stats = source.stats  # type: ignore[attr-defined]  # read by telemetry
     prepare_kernels(settings)
     elector = None
@@ -121,11 +126,12 @@ def kube_app_context(
     async def warm_after_sync() -> None:
         while not source.synced():
             await asyncio.sleep(0.1)
-        placement.index()
+        await placement.worker.run(placement.index)
         freeze_heap()
 
     async def app_context(app: Any) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(placement.worker.close)  # last: after the watch stopped writing
             await stack.enter_async_context(contextlib.asynccontextmanager(source.app_context)(app))
             stack.callback(binder.close)
             if isinstance(binder.elector, LeaderElector):
