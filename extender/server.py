@@ -130,6 +130,23 @@ class _BodyTimeout(Exception):
     """The request body did not arrive within `body_read_timeout_seconds`."""
 
 
+class _UnreadableBody(InvalidRequest):
+    """The body does not decode (e.g. as its Content-Encoding says): 400, and the connection is
+    closed, since where this request ends and the next begins is no longer certain."""
+
+
+def _abandon_body(request: web.Request) -> None:
+    """Stop reading a body we gave up on, so the answer goes out and the connection then closes.
+
+    Without this aiohttp would keep reading ("lingering") the rest of the body for up to 10 s
+    after the answer, and re-raise a decode error from it as an unhandled exception. Pausing the
+    transport first means no more bytes are fed to the ended body stream.
+    """
+    if request.transport is not None:
+        request.transport.pause_reading()
+    request.content.feed_eof()
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
 
@@ -157,17 +174,19 @@ async def _read_body(request: web.Request) -> bytes:
     try:
         return await asyncio.wait_for(request.read(), settings.body_read_timeout_seconds)
     except TimeoutError:
+        _abandon_body(request)
         raise _BodyTimeout() from None
     except ConnectionError:  # aiohttp's "Connection lost" while the body was still arriving
         raise _ClientGone() from None
     except RequestPayloadError as exc:
+        _abandon_body(request)
         encoding = request.headers.get("Content-Encoding")
         detail = " ".join(str(exc).split()).removeprefix("400, message: ")
         if encoding:
-            raise InvalidRequest(
+            raise _UnreadableBody(
                 f"request body does not match its Content-Encoding: {encoding} ({detail})"
             ) from None
-        raise InvalidRequest(f"request body cannot be read: {detail}") from None
+        raise _UnreadableBody(f"request body cannot be read: {detail}") from None
 
 
 def _outcome(verb: str) -> _Outcome:
@@ -341,6 +360,10 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Run the handler and map our errors to JSON responses."""
     try:
         return await handler(request)
+    except _UnreadableBody as exc:
+        response = _error(400, str(exc))
+        response.force_close()
+        return response
     except InvalidRequest as exc:
         return _error(400, str(exc))
     except web.HTTPRequestEntityTooLarge:
