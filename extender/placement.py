@@ -112,6 +112,7 @@ class Placement:
         clock: Callable[[], float] = time.monotonic,
         topology: TopologySettings | None = None,
         freeze_caches: bool = False,
+        worker: PlacementWorker | None = None,
     ) -> None:
         self.state = state
         self.freeze_caches = freeze_caches
@@ -138,7 +139,7 @@ class Placement:
         #: prioritize, for bind (which receives only names); LRU of PODS_SEEN_SIZE.
         self.pods_seen: OrderedDict[str, Obj] = OrderedDict()
         #: The thread the server and the binders run this placement's work on (started lazily).
-        self.worker = PlacementWorker()
+        self.worker = worker or PlacementWorker()
 
     # ----------------------------------------------------------------- snapshots
     def ready(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -14,6 +15,7 @@ from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
 from extender.placement import Placement
 from extender.settings import Settings
+from extender.worker import PlacementWorker
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -35,6 +37,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
         filter_timeout_seconds=settings.filter_timeout_seconds,
         topology=settings.topology(),
         freeze_caches=True,
+        worker=placement_worker(settings),
     )
     prepare_kernels(settings)
     placement.index()  # build now, so the first filter call does not pay for it
@@ -91,6 +94,7 @@ def build_kube_services(
         topology=settings.topology(),
         is_synced=lambda: source.synced(),
         freeze_caches=True,
+        worker=placement_worker(settings),
     )
     # The source schedules its state writes with `loop.call_soon_threadsafe` (and checks
     # `is_closed`); the worker offers both, so the writes run on the worker thread.
@@ -142,6 +146,14 @@ def kube_app_context(
             yield
 
     return app_context
+
+
+def placement_worker(settings: Settings) -> PlacementWorker:
+    """The placement's worker thread, with the kernels' thread count set on it (numba's setting is
+    per thread, so `prepare_kernels` on the main thread does not reach the worker)."""
+    from kernels import topology as kernels
+
+    return PlacementWorker(initializer=functools.partial(kernels.set_threads, settings.kernel_threads))
 
 
 def prepare_kernels(settings: Settings) -> None:

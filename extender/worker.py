@@ -42,8 +42,10 @@ class PlacementWorker:
     process exiting waits for the call in progress.
     """
 
-    def __init__(self, name: str = "placement") -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    def __init__(self, name: str = "placement", *, initializer: Callable[[], None] | None = None) -> None:
+        """`initializer` runs first on the new thread: per-thread settings such as numba's thread
+        count (`numba.set_num_threads` is thread-local) belong there."""
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=initializer)
         self._ident: int | None = None
 
     def on_worker(self) -> bool:

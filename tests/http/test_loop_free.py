@@ -162,3 +162,14 @@ async def test_overrunning_evaluation_of_the_real_placement_leaves_a_correct_cac
     assert answer["NodeNames"] == expected.passed
     assert answer["FailedAndUnresolvableNodes"] == expected.unresolvable
     assert answer["FailedNodes"] == expected.failed
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+async def test_the_worker_thread_runs_the_kernels_with_the_configured_thread_count(threads):
+    """numba's thread count is per thread: the worker, which runs the kernels, gets the setting."""
+    import numba
+
+    settings = Settings(kernel_threads=threads)
+    placement, _ = build_services(settings, ClusterState.from_objects(copy.deepcopy(sample_objects())))
+    assert await placement.worker.run(numba.get_num_threads) == min(threads, numba.config.NUMBA_NUM_THREADS)
+    placement.worker.close()
