@@ -10,10 +10,10 @@ again with other claims under the same UID is evaluated afresh.
 Lifecycle: one Placement per process, single-threaded: in the server every call runs on its
 `worker` thread (`extender.worker`), which is also the only thread that writes the ClusterState
 and the AssumeCache it reads, so no call sees a half-applied change; the event loop only reads
-`ready()`, `generation()` and `current_index()` (plain attribute reads). Direct callers (explain,
-benchmarks, tests) call it on their own thread and never start the worker. Its caches are replaced,
-never mutated concurrently: `_index` when the device generation changes, `_allocated` when claims
-or assumed allocations change.
+`ready()`, `generation()`, `current_index()` and single `pods_seen` entries (atomic reads).
+Direct callers (explain, benchmarks, tests) call it on their own thread and never start the
+worker. Its caches are replaced, never mutated concurrently: `_index` when the device generation
+changes, `_allocated` when claims or assumed allocations change.
 """
 
 from __future__ import annotations

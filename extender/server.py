@@ -541,9 +541,11 @@ def make_app(
     """Build the extender's aiohttp application; the only place where the HTTP side is wired.
 
     Args:
-        settings: the effective settings (body limit).
+        settings: the effective settings (body size limit and read timeout, the verbs' deadline).
         placement: answers filter and prioritize, and says whether the state is ready; its
-            state (index size, CEL counters, ...) is exported by a scrape-time collector.
+            state (index size, CEL counters, ...) is exported by a scrape-time collector. Its
+            `worker` (a `PlacementWorker`), when it has one, runs the verb work; otherwise the
+            app makes a worker thread of its own and closes it on cleanup.
         binder: answers bind.
         registry: where to register the metrics; None creates a private registry that also
             carries the process and platform collectors.
