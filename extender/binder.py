@@ -26,6 +26,7 @@ from extender.claims import allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationError
 from extender.placement import PODS_SEEN_SIZE, Placement
+from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,13 @@ class InMemoryBinder:
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         call = functools.partial(self._bind_or_explain, namespace=namespace, name=name, uid=uid, node=node)
+        # Queued work may be dropped at the deadline, started work never: a bind writes the state.
+        deadline = self._placement.filter_timeout_seconds
         async with self._lock:
-            return await self._placement.worker.run(call)
+            try:
+                return await self._placement.worker.run(call, start_timeout=deadline)
+            except WorkTimeout as exc:
+                return f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds); the scheduler retries"
 
     def _bind_or_explain(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         try:

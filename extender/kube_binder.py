@@ -64,6 +64,7 @@ from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.claims import RESERVED_FOR_MAX, allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.placement import PASSED, Placement
+from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ NO_FIT = "no_fit"  # the pod's claims cannot be allocated on the node (any more)
 POD_GONE = "pod_gone"  # the pod does not exist, or not with this UID/name
 NODE_GONE = "not_found"  # the node is not in the watched cluster state
 API_ERROR = "api_error"  # any other API or transport failure
+TIMEOUT = "timeout"  # the choose step could not start in time (the placement worker is busy)
 BIND_REASONS: tuple[str, ...] = (
     OK,
     NOT_LEADER,
@@ -90,6 +92,7 @@ BIND_REASONS: tuple[str, ...] = (
     POD_GONE,
     NODE_GONE,
     API_ERROR,
+    TIMEOUT,
 )
 
 #: Writes of one claim are retried after a 409 this many times in all (re-reading in between).
@@ -231,8 +234,14 @@ class KubeBinder:
             raise BindFailure(f"pod {namespace}/{name} is already bound to node {bound_to}", CONFLICT)
         consumer = {"resource": "pods", "name": pod_meta.get("name", name), "uid": pod_uid}
         worker = self._placement.worker
+        deadline = self._placement.filter_timeout_seconds
         async with self._choose_lock:
-            writes, assumed = await worker.run(self._choose, pod, node, consumer)
+            try:  # dropped only before it starts: the choose step assumes devices
+                writes, assumed = await worker.run(self._choose, pod, node, consumer, start_timeout=deadline)
+            except WorkTimeout as exc:
+                raise BindFailure(
+                    f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds)", TIMEOUT
+                ) from None
         try:
             for write in writes:
                 await self._write_claim(write, consumer)

@@ -11,7 +11,9 @@ injected mid-update could leave a cache half-written. A call whose deadline pass
 at once with `WorkTimeout`; the work itself runs to its end (the allocator search stops itself
 after `filter_timeout_seconds`, CEL evaluation at its cost budget) and what it leaves behind are
 ordinary, complete cache entries, which the scheduler's retry then reuses. Calls still waiting
-in the queue when their caller gives up are dropped before they start.
+in the queue when their caller gives up are dropped before they start. Work that must not be
+abandoned halfway (a bind writes state) uses `start_timeout` instead: it may give up only
+while the work has not started, and once started it is awaited to the end.
 """
 
 from __future__ import annotations
@@ -56,7 +58,13 @@ class PlacementWorker:
         self._ident = threading.get_ident()
         return fn(*args)
 
-    async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        timeout: float | None = None,
+        start_timeout: float | None = None,
+    ) -> T:
         """Run `fn(*args)` on the worker thread and await its result.
 
         The caller's context (current span, request tracer) goes along, so spans opened by the
@@ -66,14 +74,22 @@ class PlacementWorker:
             fn: the synchronous work.
             args: its positional arguments.
             timeout: seconds to wait for the result; None waits as long as it takes.
+            start_timeout: seconds the work may wait in the queue; if it has not started by
+                then it is dropped, once started it is awaited to the end.
 
         Raises:
-            WorkTimeout: `timeout` passed first (the work, if started, runs on; see module docstring).
+            WorkTimeout: `timeout` passed first (the work, if started, runs on; see module
+                docstring), or the work did not start within `start_timeout` (and never will).
             Exception: whatever `fn` raised.
         """
         context = contextvars.copy_context()
         call = functools.partial(context.run, self._enter, fn, *args)
-        future = asyncio.get_running_loop().run_in_executor(self._executor, call)
+        queued = self._executor.submit(call)
+        future = asyncio.wrap_future(queued)
+        if start_timeout is not None:
+            done, _ = await asyncio.wait({future}, timeout=start_timeout)
+            if not done and queued.cancel():  # cancel() fails once the work is running
+                raise WorkTimeout(f"did not start within {start_timeout:g} s (the worker is busy)")
         if timeout is None:
             return await future
         try:

@@ -9,7 +9,9 @@ did not check readiness. Finding 10: the same UID sent with a different claim go
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import threading
 from typing import Any
 
 import orjson
@@ -135,3 +137,21 @@ async def test_same_uid_with_another_claim_is_evaluated_afresh(client, first_cla
     assert by_claim["gpu-training-devices-vbdcr"]["NodeNames"] == ["h100-node-01"]
     assert by_claim["no-such-claim"]["NodeNames"] == []
     assert set(by_claim["no-such-claim"]["FailedAndUnresolvableNodes"]) == set(NODES)
+
+
+async def test_bind_queued_behind_a_busy_worker_gives_up_before_it_starts(aiohttp_client):
+    """A bind waits for the worker at most filter_timeout_seconds and then answers with an error,
+    having changed nothing; a bind is never abandoned once started (it writes the state)."""
+    settings = Settings(filter_timeout_seconds=0.3)
+    placement, binder = build_services(settings, ClusterState.from_objects(copy.deepcopy(sample_objects())))
+    client = await aiohttp_client(make_app(settings, placement=placement, binder=binder))
+    assert (await _filter(client, plain_pod("web-q", "uid-web-q")))["Error"] == ""
+    gate = threading.Event()
+    busy = asyncio.ensure_future(placement.worker.run(gate.wait, 10.0))
+    error = await _bind(client, "web-q", NS, "uid-web-q", "cpu-node-01")
+    assert error.startswith(f"bind of pod {NS}/web-q did not start within 0.3 s")
+    assert placement.state.get("Pod", "web-q", NS) is None  # nothing was written
+    gate.set()
+    await busy
+    assert await _bind(client, "web-q", NS, "uid-web-q", "cpu-node-01") == ""
+    assert (placement.state.get("Pod", "web-q", NS) or {}).get("spec", {}).get("nodeName") == "cpu-node-01"
