@@ -312,7 +312,13 @@ class StoreApi:
 class InlineWorker:
     """A PlacementWorker stand-in that runs the work at once on the calling (loop) thread."""
 
-    async def run(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+    async def run(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        timeout: float | None = None,
+        start_timeout: float | None = None,
+    ) -> Any:
         return fn(*args)
 
 
