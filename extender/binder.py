@@ -1,10 +1,12 @@
 """Bind in file/sample mode: allocate the pod's pending claims and record the result in memory.
 
 `/bind` receives only the pod's name, namespace, UID and node. The pod comes from the cluster
-state or, failing that, from the pods this process saw in filter/prioritize. Binds are
-serialised by one asyncio lock, and each bind re-runs the allocator against the state as it is
-at that moment, so two concurrent binds can never hand out the same device: the second sees the
-first one's claim writes.
+state (by namespace/name) or, failing that, from the pods this process saw in filter/prioritize
+(by UID); either way name, namespace and UID must agree with the request, and the node must be
+a Node of the state. Binds are serialised by one asyncio lock and run on the placement's worker
+thread (the only thread that touches the state), and each bind re-runs the allocator against
+the state as it is at that moment, so two concurrent binds can never hand out the same device:
+the second sees the first one's claim writes.
 
 What is written mirrors what kube-scheduler's DynamicResources plugin writes at PreBind
 (extender-protocol.md §7.3): the delete-protection finalizer, `status.allocation` and a
@@ -16,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 from typing import Any
 
 from extender.claims import allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationError
-from extender.placement import Placement
+from extender.placement import PODS_SEEN_SIZE, Placement
+from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
 
@@ -41,32 +45,59 @@ class InMemoryBinder:
         self._lock = asyncio.Lock()
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+        call = functools.partial(self._bind_or_explain, namespace=namespace, name=name, uid=uid, node=node)
+        # Queued work may be dropped at the deadline, started work never: a bind writes the state.
+        deadline = self._placement.filter_timeout_seconds
         async with self._lock:
             try:
-                return self._bind(namespace=namespace, name=name, uid=uid, node=node)
-            except AllocationError as exc:
-                return str(exc)
+                return await self._placement.worker.run(call, start_timeout=deadline)
+            except WorkTimeout as exc:
+                return f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds); the scheduler retries"
 
-    def _find_pod(self, namespace: str, name: str, uid: str) -> Obj | None:
+    def _bind_or_explain(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+        try:
+            return self._bind(namespace=namespace, name=name, uid=uid, node=node)
+        except (AllocationError, _UnknownPod) as exc:
+            return str(exc)
+
+    def _find_pod(self, namespace: str, name: str, uid: str) -> Obj:
+        """The pod bind names, from the state or the pods seen; raises `_UnknownPod` with the
+        true reason when there is none or the one found has another name or UID."""
+        ref = f"{namespace}/{name}"
         pod = self._state.get("Pod", name, namespace)
-        if pod is not None and (not uid or (pod.get("metadata") or {}).get("uid") in ("", None, uid)):
+        stored_uid = ((pod or {}).get("metadata") or {}).get("uid") or ""
+        if pod is not None and (not uid or not stored_uid or stored_uid == uid):
             return pod
-        return self._placement.pods_seen.get(uid) if uid else None
+        seen = self._placement.pods_seen.get(uid or ref)
+        if seen is not None:
+            meta = seen.get("metadata") or {}
+            seen_ref = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+            if seen_ref != ref:
+                raise _UnknownPod(
+                    f"pod UID {uid} was seen in filter as pod {seen_ref}, but bind names pod {ref}: "
+                    "refusing to bind a pod under another pod's identity"
+                )
+            return seen
+        if pod is not None:
+            raise _UnknownPod(
+                f"pod {ref} in the cluster state has UID {stored_uid}, not {uid}: "
+                "it was deleted and re-created"
+            )
+        uid_text = f" (uid {uid})" if uid else ""
+        raise _UnknownPod(
+            f"pod {ref}{uid_text} is not known: it is not in the cluster state and was not filtered "
+            f"recently (this extender remembers the last {PODS_SEEN_SIZE} pods it filtered)"
+        )
 
     def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         pod = self._find_pod(namespace, name, uid)
-        if pod is None:
-            return (
-                f"pod {namespace}/{name} (uid {uid}) is unknown: it is not in the cluster state "
-                "and this extender never saw it in filter or prioritize"
-            )
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to:
             return "" if bound_to == node else f"pod {namespace}/{name} is already bound to node {bound_to}"
         index = self._placement.index()
         node_obj = index.nodes.get(node)
-        if node_obj is None and not index.nodes:
-            return f"node {node} is unknown"
+        if node_obj is None:
+            return f"node {node} does not exist in the cluster state"
         claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
         if claims.problem:
             return claims.problem
@@ -108,6 +139,10 @@ class InMemoryBinder:
             ),
         )
         return ""
+
+
+class _UnknownPod(Exception):
+    """Bind names a pod this binder cannot find, or finds under another identity."""
 
 
 def _reserved_claim(claim: Obj, consumer: dict[str, str]) -> Obj:

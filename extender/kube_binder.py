@@ -34,7 +34,10 @@ unallocated again (the finalizer of a claim someone else allocated protects thei
 so it stays). Nothing of another writer is ever removed. The whole write-and-undo sequence is
 shielded from cancellation of the HTTP handler, so a dropped connection cannot stop it midway.
 
-The kubernetes client is synchronous: every call runs on this binder's thread pool. Bodies go
+Threads: the choose step (evaluation, assume) and every other use of the placement, the cluster
+state and the AssumeCache run on the placement's worker thread (`extender.worker`), the only
+thread that touches them; the event loop awaits it. The kubernetes client is synchronous: every
+API call runs on this binder's thread pool. Bodies go
 through the client's models (which drop fields the client does not know); responses are read
 as raw JSON so nothing is lost or reformatted on the way in.
 """
@@ -45,6 +48,7 @@ import asyncio
 import copy
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -60,6 +64,7 @@ from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.claims import RESERVED_FOR_MAX, allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.placement import PASSED, Placement
+from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +78,10 @@ CONFLICT = "conflict"  # 409s beyond the retry budget, claim being allocated by 
 CLAIM_GONE = "claim_gone"  # claim deleted, being deleted, or (generated claim) not created yet
 ALLOCATED_ELSEWHERE = "allocated_elsewhere"
 NO_FIT = "no_fit"  # the pod's claims cannot be allocated on the node (any more)
-POD_GONE = "pod_gone"  # the pod does not exist, or not with this UID
+POD_GONE = "pod_gone"  # the pod does not exist, or not with this UID/name
+NODE_GONE = "not_found"  # the node is not in the watched cluster state
 API_ERROR = "api_error"  # any other API or transport failure
+TIMEOUT = "timeout"  # the choose step could not start in time (the placement worker is busy)
 BIND_REASONS: tuple[str, ...] = (
     OK,
     NOT_LEADER,
@@ -83,7 +90,9 @@ BIND_REASONS: tuple[str, ...] = (
     ALLOCATED_ELSEWHERE,
     NO_FIT,
     POD_GONE,
+    NODE_GONE,
     API_ERROR,
+    TIMEOUT,
 )
 
 #: Writes of one claim are retried after a 409 this many times in all (re-reading in between).
@@ -160,8 +169,9 @@ class KubeBinder:
         # Guards choose-devices-and-assume only (see the module docstring); never held across I/O.
         self._choose_lock = asyncio.Lock()
         # claim uid -> (namespace, name) of claims we wrote whose assumed entry waits for the
-        # watch. Written and read on the event loop by binds only.
+        # watch. Written on the event loop and read on the worker (`_prune_assumed`): the lock.
         self._written: dict[str, tuple[str, str]] = {}
+        self._written_lock = threading.Lock()
 
     @property
     def elector(self) -> LeaderView | None:
@@ -223,8 +233,15 @@ class KubeBinder:
                 return  # an earlier bind succeeded but its answer was lost: idempotent
             raise BindFailure(f"pod {namespace}/{name} is already bound to node {bound_to}", CONFLICT)
         consumer = {"resource": "pods", "name": pod_meta.get("name", name), "uid": pod_uid}
+        worker = self._placement.worker
+        deadline = self._placement.filter_timeout_seconds
         async with self._choose_lock:
-            writes, assumed = self._choose(pod, node, consumer)
+            try:  # dropped only before it starts: the choose step assumes devices
+                writes, assumed = await worker.run(self._choose, pod, node, consumer, start_timeout=deadline)
+            except WorkTimeout as exc:
+                raise BindFailure(
+                    f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds)", TIMEOUT
+                ) from None
         try:
             for write in writes:
                 await self._write_claim(write, consumer)
@@ -233,12 +250,13 @@ class KubeBinder:
         except BaseException:
             for write in reversed(writes):
                 await self._undo(write, consumer)
-            for claim_uid in assumed:
-                self._placement.assumed.forget(claim_uid)
+            if assumed:
+                await worker.run(_forget_all, self._placement.assumed, assumed)
             raise
-        for write in writes:
-            if write.allocation is not None:
-                self._written[write.uid] = (write.namespace, write.name)
+        with self._written_lock:
+            for write in writes:
+                if write.allocation is not None:
+                    self._written[write.uid] = (write.namespace, write.name)
         log.info(
             "bound pod %s/%s to %s: allocated %s; reserved %s",
             namespace,
@@ -260,7 +278,9 @@ class KubeBinder:
         if claims.problem:
             raise BindFailure(claims.problem, _problem_reason(claims.problem))
         index = self._placement.index()
-        node_obj = index.nodes.get(node) or {"metadata": {"name": node}}
+        node_obj = index.nodes.get(node)
+        if node_obj is None:
+            raise BindFailure(f"node {node} does not exist (not in the watched cluster state)", NODE_GONE)
         writes: list[_ClaimWrite] = []
         for claim in claims.allocated:
             if not allocation_fits_node(claim, node_obj):
@@ -317,7 +337,9 @@ class KubeBinder:
     def _prune_assumed(self) -> None:
         """Forget assumed entries of claims whose written allocation the watch now shows."""
         active = self._placement.assumed.active()
-        for claim_uid, (namespace, name) in list(self._written.items()):
+        with self._written_lock:
+            written = list(self._written.items())
+        for claim_uid, (namespace, name) in written:
             claim = self._state.get("ResourceClaim", name, namespace)
             meta = (claim or {}).get("metadata") or {}
             visible = (
@@ -325,7 +347,8 @@ class KubeBinder:
             )
             if claim_uid not in active or visible:
                 self._placement.assumed.forget(claim_uid)
-                del self._written[claim_uid]
+                with self._written_lock:
+                    self._written.pop(claim_uid, None)
 
     # ------------------------------------------------------------------ claim writes
     async def _write_claim(self, write: _ClaimWrite, consumer: dict[str, str]) -> None:
@@ -442,11 +465,18 @@ class KubeBinder:
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def _find_pod(self, namespace: str, name: str, uid: str) -> Obj:
+        # Single-key dict reads (state, seen pods) are atomic, so these two may run on the loop.
         pod = self._state.get("Pod", name, namespace)
         if pod is not None and uid and (pod.get("metadata") or {}).get("uid") not in (None, "", uid):
             pod = None
         if pod is None and uid:
             pod = self._placement.pods_seen.get(uid)
+            if pod is not None and _pod_ref(pod) != f"{namespace}/{name}":
+                raise BindFailure(
+                    f"pod UID {uid} was seen in filter as pod {_pod_ref(pod)}, but bind names pod "
+                    f"{namespace}/{name}: refusing to bind a pod under another pod's identity",
+                    POD_GONE,
+                )
         if pod is not None:
             return pod
         try:
@@ -532,6 +562,11 @@ class KubeBinder:
                     f"it is bound to {bound_to or 'no node'}",
                     CONFLICT,
                 ) from None
+
+
+def _forget_all(assumed: Any, claim_uids: list[str]) -> None:
+    for claim_uid in claim_uids:
+        assumed.forget(claim_uid)
 
 
 def _log_orphan(pod: str, node: str, task: asyncio.Future[None]) -> None:

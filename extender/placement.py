@@ -2,13 +2,18 @@
 
 For each pod it resolves the claims, then decides for every candidate node whether upstream's
 allocator would find an allocation there: with the vectorised check (`feasibility`) for simple
-pods, with the exact search (`allocator.allocating`) otherwise. The outcome is cached by pod UID
-and the (devices, claims, assumed) generations, so filter, prioritize and bind of one pod in one
-scheduling cycle share the work.
+pods, with the exact search (`allocator.allocating`) otherwise. The outcome is cached by pod UID,
+the pod's claim references (`claims_key`) and the (devices, claims, assumed) generations, so
+filter, prioritize and bind of one pod in one scheduling cycle share the work, and a pod sent
+again with other claims under the same UID is evaluated afresh.
 
-Lifecycle: one Placement per process, called on the event loop only. Its caches are replaced,
-never mutated by other tasks: `_index` when the device generation changes, `_allocated` when
-claims or assumed allocations change.
+Lifecycle: one Placement per process, single-threaded: in the server every call runs on its
+`worker` thread (`extender.worker`), which is also the only thread that writes the ClusterState
+and the AssumeCache it reads, so no call sees a half-applied change; the event loop only reads
+`ready()`, `generation()`, `current_index()` and single `pods_seen` entries (atomic reads).
+Direct callers (explain, benchmarks, tests) call it on their own thread and never start the
+worker. Its caches are replaced, never mutated concurrently: `_index` when the device generation
+changes, `_allocated` when claims or assumed allocations change.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from extender.index.snapshot import DeviceIndex, build_index
 from extender.scoring import BOUNDED, EXACT, FIRST_FIT, KernelPlan, ScoreBook
 from extender.topology import TopologyModel, TopologySettings
 from extender.verdicts import FilterVerdict, HostScore
+from extender.worker import PlacementWorker
 from kernels import topology as kernels
 
 log = logging.getLogger(__name__)
@@ -54,6 +60,9 @@ PASSED, FAILED, UNRESOLVABLE = "passed", "failed", "unresolvable"
 CANNOT_ALLOCATE = "cannot allocate all claims"
 #: Pod evaluations kept (LRU); a scheduling cycle needs only the current pod's.
 EVALUATION_CACHE_SIZE = 256
+#: Pods seen in filter/prioritize kept for bind (LRU). Bind of a pod usually follows its filter
+#: closely, but the scheduler binds asynchronously while it filters other pods, so this is large.
+PODS_SEEN_SIZE = 4096
 
 Obj = dict[str, Any]
 
@@ -103,6 +112,7 @@ class Placement:
         clock: Callable[[], float] = time.monotonic,
         topology: TopologySettings | None = None,
         freeze_caches: bool = False,
+        worker: PlacementWorker | None = None,
     ) -> None:
         self.state = state
         self.freeze_caches = freeze_caches
@@ -122,8 +132,14 @@ class Placement:
         self._free: np.ndarray = np.zeros(0, dtype=bool)
         self._allocation_memo: AllocationMemo = {}
         self._held_rows: dict[int, tuple[HeldDevices, int, np.ndarray]] = {}
-        self._evaluations: OrderedDict[tuple[str, tuple[int, int, int]], PodEvaluation] = OrderedDict()
-        self.pods_seen: OrderedDict[str, Obj] = OrderedDict()  # uid -> pod, for bind in file mode
+        self._evaluations: OrderedDict[tuple[str, tuple[Any, ...], tuple[int, int, int]], PodEvaluation] = (
+            OrderedDict()
+        )
+        #: uid (or "namespace/name" for a pod without one) -> the pod as last seen in filter or
+        #: prioritize, for bind (which receives only names); LRU of PODS_SEEN_SIZE.
+        self.pods_seen: OrderedDict[str, Obj] = OrderedDict()
+        #: The thread the server and the binders run this placement's work on (started lazily).
+        self.worker = worker or PlacementWorker()
 
     # ----------------------------------------------------------------- snapshots
     def ready(self) -> bool:
@@ -182,6 +198,10 @@ class Placement:
             self._held_rows = {k: v for k, v in self._held_rows.items() if k in self._allocation_memo}
         return rows
 
+    def current_index(self) -> DeviceIndex | None:
+        """The device index as last built, without building one (for /metrics on the event loop)."""
+        return self._index
+
     def generation(self) -> tuple[int, int, int]:
         return self.state.devices_generation, self.state.claims_generation, self.assumed.version
 
@@ -219,9 +239,9 @@ class Placement:
     # ----------------------------------------------------------------- evaluation
     def evaluate(self, pod: Obj, node_names: list[str]) -> PodEvaluation:
         """Evaluate the pod on the given nodes, re-using the cached evaluation where possible."""
-        uid = (pod.get("metadata") or {}).get("uid") or claim_ref(pod)
+        uid = pod_key(pod)
         self._remember_pod(uid, pod)
-        key = (uid, self.generation())
+        key = (uid, claims_key(pod), self.generation())
         evaluation = self._evaluations.get(key)
         if evaluation is None:
             evaluation = self._new_evaluation(pod)
@@ -257,7 +277,7 @@ class Placement:
     def _remember_pod(self, uid: str, pod: Obj) -> None:
         self.pods_seen[uid] = pod
         self.pods_seen.move_to_end(uid)
-        while len(self.pods_seen) > EVALUATION_CACHE_SIZE:
+        while len(self.pods_seen) > PODS_SEEN_SIZE:
             self.pods_seen.popitem(last=False)
 
     def _new_evaluation(self, pod: Obj) -> PodEvaluation:
@@ -632,6 +652,30 @@ class Placement:
                 return None
             evaluation.allocations[name] = result
         return evaluation.allocations[name]
+
+
+def pod_key(pod: Obj) -> str:
+    """The key of a pod in `pods_seen` and the evaluation cache: its UID, else "namespace/name"."""
+    return (pod.get("metadata") or {}).get("uid") or claim_ref(pod)
+
+
+def claims_key(pod: Obj) -> tuple[Any, ...]:
+    """What a pod's claims are, as far as the pod itself says: namespace, its `resourceClaims`
+    entries and `resourceClaimStatuses` (the generated claims' names). Part of the evaluation
+    key, because a verdict is about these claims; the claims' contents are covered by the claims
+    generation. Types were checked at the wire (`wire.check_pod`)."""
+    meta = pod.get("metadata") or {}
+    entries = (pod.get("spec") or {}).get("resourceClaims") or ()
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+    return (
+        meta.get("namespace") or "default",
+        tuple(
+            (e.get("name"), e.get("resourceClaimName"), e.get("resourceClaimTemplateName"))
+            for e in entries
+            if isinstance(e, dict)
+        ),
+        tuple((s.get("name"), s.get("resourceClaimName")) for s in statuses if isinstance(s, dict)),
+    )
 
 
 def _bare_node(name: str) -> Obj:

@@ -6,6 +6,16 @@ fails for a reason the scheduler should see answers 200 with `Error`; 400/413 ar
 requests that are malformed, 5xx for prioritize failures (which the scheduler ignores, so we
 log and count them in `dra_extender_prioritize_errors_total`).
 
+The event loop only reads requests and writes answers: the verbs' work (evaluation, the binders'
+choose step) runs on the placement's single worker thread (`extender.worker`), so /healthz,
+/readyz and /metrics answer at once while an expensive pod is evaluated. Filter and prioritize
+wait for it at most `filter_timeout_seconds` and then answer with an error (the scheduler
+retries); the overrunning work finishes on its own and leaves only complete cache entries.
+
+Bodies are read with a deadline (`body_read_timeout_seconds`: 408 and the connection closed),
+a body that does not decode as its `Content-Encoding` says is a 400, and a client that hangs up
+mid-body is counted as code 499 (nginx's "client closed request"), not as a server error.
+
 Verbs are served at `/<verb>` and under any path prefix (`/scheduler/filter`), because the
 scheduler's `urlPrefix` may carry a path.
 
@@ -30,6 +40,7 @@ from typing import Any
 import orjson
 import prometheus_client
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
@@ -39,6 +50,7 @@ from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
 from extender.settings import Settings
 from extender.telemetry import DURATION_BUCKETS, Metrics
 from extender.verdicts import BindService, FilterVerdict, HostScore, PlacementService
+from extender.worker import PlacementWorker, WorkTimeout
 
 __all__ = ["DURATION_BUCKETS", "VERBS", "Metrics", "make_app"]
 
@@ -47,6 +59,8 @@ logger = logging.getLogger(__name__)
 VERBS: tuple[str, ...] = ("filter", "prioritize", "bind")
 NOT_READY = "cluster state not ready"
 _PREFIXED = "-prefixed"  # route-name suffix of the verb routes under a path prefix
+#: The status recorded (never sent) when the client hung up before its body arrived (nginx's 499).
+CLIENT_CLOSED = 499
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,34 @@ PLACEMENT_KEY = web.AppKey("placement", PlacementService)
 BINDER_KEY = web.AppKey("binder", BindService)
 METRICS_KEY = web.AppKey("metrics", Metrics)
 TRACING_KEY = web.AppKey("tracing", Tracing)
+WORKER_KEY = web.AppKey("worker", PlacementWorker)
+#: One-time log notices already written by this app (mutable: the app is frozen once it runs).
+_NOTICES_KEY = web.AppKey("notices", set)
+
+
+class _ClientGone(Exception):
+    """The client closed the connection before its request body was complete."""
+
+
+class _BodyTimeout(Exception):
+    """The request body did not arrive within `body_read_timeout_seconds`."""
+
+
+class _UnreadableBody(InvalidRequest):
+    """The body does not decode (e.g. as its Content-Encoding says): 400, and the connection is
+    closed, since where this request ends and the next begins is no longer certain."""
+
+
+def _abandon_body(request: web.Request) -> None:
+    """Stop reading a body we gave up on, so the answer goes out and the connection then closes.
+
+    Without this aiohttp would keep reading ("lingering") the rest of the body for up to 10 s
+    after the answer, and re-raise a decode error from it as an unhandled exception. Pausing the
+    transport first means no more bytes are fed to the ended body stream.
+    """
+    if request.transport is not None:
+        request.transport.pause_reading()
+    request.content.feed_eof()
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -117,10 +159,34 @@ def _error(status: int, message: str) -> web.Response:
 
 
 async def _read_body(request: web.Request) -> bytes:
-    limit = request.app[SETTINGS_KEY].max_body_bytes
+    """The whole body, within the size limit and the read deadline.
+
+    Raises:
+        web.HTTPRequestEntityTooLarge: larger than `max_body_bytes`.
+        InvalidRequest: the body does not decode as its Content-Encoding says.
+        _ClientGone: the client hung up before the body was complete.
+        _BodyTimeout: the body was not complete within `body_read_timeout_seconds`.
+    """
+    settings = request.app[SETTINGS_KEY]
+    limit = settings.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
-    return await request.read()
+    try:
+        return await asyncio.wait_for(request.read(), settings.body_read_timeout_seconds)
+    except TimeoutError:
+        _abandon_body(request)
+        raise _BodyTimeout() from None
+    except ConnectionError:  # aiohttp's "Connection lost" while the body was still arriving
+        raise _ClientGone() from None
+    except RequestPayloadError as exc:
+        _abandon_body(request)
+        encoding = request.headers.get("Content-Encoding")
+        detail = " ".join(str(exc).split()).removeprefix("400, message: ")
+        if encoding:
+            raise _UnreadableBody(
+                f"request body does not match its Content-Encoding: {encoding} ({detail})"
+            ) from None
+        raise _UnreadableBody(f"request body cannot be read: {detail}") from None
 
 
 def _outcome(verb: str) -> _Outcome:
@@ -147,17 +213,30 @@ async def _decode_args(request: web.Request, verb: str) -> tuple[_Outcome, Any, 
     return outcome, pod, node_names, node_items
 
 
+def _too_slow(verb: str, outcome: _Outcome, exc: WorkTimeout) -> str:
+    message = (
+        f"{verb} of pod {outcome.pod_ref} {exc} (filter_timeout_seconds): the pod's evaluation is "
+        "expensive or the extender is busy with earlier calls; the scheduler retries"
+    )
+    logger.warning("%s", message)
+    return message
+
+
 async def handle_filter(request: web.Request) -> web.Response:
     """POST filter: which of the given nodes can hold the pod's claims."""
     outcome, pod, node_names, node_items = await _decode_args(request, "filter")
     placement = request.app[PLACEMENT_KEY]
+    deadline = request.app[SETTINGS_KEY].filter_timeout_seconds
     try:
         if not placement.ready():
             raise IndexNotReady("the device inventory is not loaded or synced yet")
-        verdict = placement.filter(pod, node_names)
+        verdict = await request.app[WORKER_KEY].run(placement.filter, pod, node_names, timeout=deadline)
     except IndexNotReady as exc:
         outcome.reason = "not_ready"
         verdict = FilterVerdict(error=f"{NOT_READY}: {exc}")
+    except WorkTimeout as exc:
+        outcome.reason = "timeout"
+        verdict = FilterVerdict(error=_too_slow("filter", outcome, exc))
     except ExtenderError as exc:
         logger.warning("filter pod=%s failed: %s", outcome.pod_ref, exc)
         verdict = FilterVerdict(error=str(exc))
@@ -196,8 +275,11 @@ async def handle_prioritize(request: web.Request) -> web.Response:
     if not placement.ready():
         logger.warning("prioritize pod=%s: %s", outcome.pod_ref, NOT_READY)
         return _error(503, f"{NOT_READY}: the device inventory is not loaded or synced yet")
+    deadline = request.app[SETTINGS_KEY].filter_timeout_seconds
     try:
-        scores = placement.prioritize(pod, node_names)
+        scores = await request.app[WORKER_KEY].run(placement.prioritize, pod, node_names, timeout=deadline)
+    except WorkTimeout as exc:
+        return _error(503, _too_slow("prioritize", outcome, exc))
     except Exception as exc:
         logger.exception("prioritize pod=%s: failed", outcome.pod_ref)
         return _error(500, f"prioritize failed: {type(exc).__name__}: {exc}")
@@ -227,6 +309,8 @@ async def handle_bind(request: web.Request) -> web.Response:
     outcome.namespace, outcome.name, outcome.uid = args["PodNamespace"], args["PodName"], args["PodUID"]
     outcome.node, outcome.nodes_in = args["Node"], 1
     try:
+        if not request.app[PLACEMENT_KEY].ready():
+            raise IndexNotReady("the device inventory is not loaded or synced yet")
         binder = request.app[BINDER_KEY]
         call = {"namespace": args["PodNamespace"], "name": args["PodName"], "uid": args["PodUID"]}
         with_reason = getattr(binder, "bind_with_reason", None)
@@ -236,6 +320,8 @@ async def handle_bind(request: web.Request) -> web.Response:
         else:
             error = await binder.bind(**call, node=args["Node"])
             outcome.reason = telemetry.bind_reason(error)
+    except IndexNotReady as exc:
+        outcome.reason, error = "not_ready", f"{NOT_READY}: {exc}"
     except Exception as exc:
         logger.exception("bind pod=%s node=%s: unexpected error", outcome.pod_ref, args["Node"])
         outcome.reason = telemetry.bind_reason(exc)
@@ -274,11 +360,23 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Run the handler and map our errors to JSON responses."""
     try:
         return await handler(request)
+    except _UnreadableBody as exc:
+        response = _error(400, str(exc))
+        response.force_close()
+        return response
     except InvalidRequest as exc:
         return _error(400, str(exc))
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SETTINGS_KEY].max_body_bytes
         return _error(413, f"request body larger than the limit of {limit} bytes (max_body_bytes)")
+    except _BodyTimeout:
+        seconds = request.app[SETTINGS_KEY].body_read_timeout_seconds
+        response = _error(408, f"request body not complete within {seconds:g} s (body_read_timeout_seconds)")
+        response.force_close()  # the rest of the body may still come: do not read it as a request
+        return response
+    except _ClientGone:
+        _client_gone(request)
+        return _error(CLIENT_CLOSED, "client closed the connection before sending the whole body")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -286,6 +384,21 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     except Exception as exc:  # a bug in a handler: answer, log, keep serving
         logger.exception("%s %s: unhandled error", request.method, request.path)
         return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _client_gone(request: web.Request) -> None:
+    """Log a hang-up mid-body: once at info (what it means), then at debug; it is counted as 499."""
+    notices = request.app[_NOTICES_KEY]
+    level = logging.DEBUG if "client_gone" in notices else logging.INFO
+    notices.add("client_gone")
+    logger.log(
+        level,
+        "%s %s: the client closed the connection before sending the whole body; counted as code %d "
+        "in dra_extender_requests_total (further ones are logged at debug)",
+        request.method,
+        request.path,
+        CLIENT_CLOSED,
+    )
 
 
 def _verb_span(tracing: Tracing, request: web.Request, verb: str) -> AbstractContextManager[trace.Span]:
@@ -325,7 +438,7 @@ async def _errors_and_telemetry(request: web.Request, handler: Handler) -> web.S
 def _count(metrics: Metrics, verb: str, status: int, duration: float) -> None:
     metrics.request_duration.labels(verb).observe(duration)
     metrics.requests.labels(verb, str(status)).inc()
-    if verb == "prioritize" and status != 200:
+    if verb == "prioritize" and status not in (200, CLIENT_CLOSED):
         metrics.prioritize_errors.inc()
         if status < 500:
             logger.warning("prioritize rejected with HTTP %d", status)
@@ -385,7 +498,9 @@ def _log_call(outcome: _Outcome, status: int, duration: float) -> None:
     The message is `<verb> key=value ...` for people and plain-text logs; the same figures go in
     `extra=` for the JSON formatter.
     """
-    if not logger.isEnabledFor(logging.INFO):
+    # A hang-up was already logged by `_client_gone`; its call line is detail.
+    level = logging.DEBUG if status == CLIENT_CLOSED else logging.INFO
+    if not logger.isEnabledFor(level):
         return
     fields: dict[str, Any] = {
         "pod": outcome.pod_ref,
@@ -403,7 +518,7 @@ def _log_call(outcome: _Outcome, status: int, duration: float) -> None:
     if outcome.error:
         fields["error"] = outcome.error
     text = " ".join([outcome.verb, *(f"{k}={telemetry.logfmt(v)}" for k, v in fields.items())])
-    logger.info("%s", text, extra={"verb": outcome.verb, **fields})
+    logger.log(level, "%s", text, extra={"verb": outcome.verb, **fields})
 
 
 def _tracing_for(provider: trace.TracerProvider | None) -> Tracing:
@@ -426,9 +541,11 @@ def make_app(
     """Build the extender's aiohttp application; the only place where the HTTP side is wired.
 
     Args:
-        settings: the effective settings (body limit).
+        settings: the effective settings (body size limit and read timeout, the verbs' deadline).
         placement: answers filter and prioritize, and says whether the state is ready; its
-            state (index size, CEL counters, ...) is exported by a scrape-time collector.
+            state (index size, CEL counters, ...) is exported by a scrape-time collector. Its
+            `worker` (a `PlacementWorker`), when it has one, runs the verb work; otherwise the
+            app makes a worker thread of its own and closes it on cleanup.
         binder: answers bind.
         registry: where to register the metrics; None creates a private registry that also
             carries the process and platform collectors.
@@ -450,6 +567,12 @@ def make_app(
     app[BINDER_KEY] = binder
     app[METRICS_KEY] = Metrics.create(registry, placement=placement)
     app[TRACING_KEY] = _tracing_for(tracer_provider)
+    app[_NOTICES_KEY] = set()
+    worker = getattr(placement, "worker", None)
+    if not isinstance(worker, PlacementWorker):  # a service without its own thread: the app's
+        worker = PlacementWorker()
+        app.on_cleanup.append(lambda _: _close(worker))
+    app[WORKER_KEY] = worker
     app.cleanup_ctx.append(_flush_spans)
     handlers = {"filter": handle_filter, "prioritize": handle_prioritize, "bind": handle_bind}
     for verb, handler in handlers.items():
@@ -459,6 +582,10 @@ def make_app(
     app.router.add_get("/readyz", handle_readyz, name="readyz")
     app.router.add_get("/metrics", handle_metrics, name="metrics")
     return app
+
+
+async def _close(worker: PlacementWorker) -> None:
+    worker.close()
 
 
 async def _flush_spans(app: web.Application) -> AsyncIterator[None]:

@@ -66,7 +66,11 @@ class Settings:
     """How long devices chosen at filter/bind stay assumed (excluded) while their writes are in flight."""
 
     filter_timeout_seconds: float = 10.0
-    """Deadline for one pod's allocation search (upstream's DRA filter timeout is also 10 s)."""
+    """Deadline for one pod's allocation search (upstream's DRA filter timeout is also 10 s), and for
+    one filter/prioritize call as a whole: past it the call answers with an error."""
+
+    body_read_timeout_seconds: float = 30.0
+    """A request body not complete within this many seconds gets 408 and its connection is closed."""
 
     log_level: str = "info"
     """Root log level, one of LOG_LEVELS."""
@@ -357,6 +361,7 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "max_body_bytes": _to_size,
         "assume_ttl_seconds": _to_seconds,
         "filter_timeout_seconds": _to_seconds,
+        "body_read_timeout_seconds": _to_seconds,
         "log_level": _to_log_level,
         "log_json": _to_bool,
         "scheduler_names": _to_names,

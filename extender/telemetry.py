@@ -74,7 +74,7 @@ DURATION_BUCKETS: tuple[float, ...] = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 FILTER_NODE_RESULTS: tuple[str, ...] = ("passed", "failed", "unresolvable")
-FILTER_ERROR_REASONS: tuple[str, ...] = ("not_ready", "error")
+FILTER_ERROR_REASONS: tuple[str, ...] = ("not_ready", "timeout", "error")
 PRIORITIZE_NODE_RESULTS: tuple[str, ...] = ("scored", "zero")
 #: The `reason` label of bind outcomes; anything else is counted as "error" (bounded cardinality).
 BIND_REASONS: tuple[str, ...] = (
@@ -353,7 +353,9 @@ class StateCollector(Collector):
             yield _gauge(
                 "dra_extender_ready", "1 when the cluster state is loaded/synced, else 0.", float(bool(ready))
             )
-        index = _call(placement, "index") if ready else None
+        # `current_index()` never builds one (the build belongs on the placement worker thread).
+        reader = "current_index" if callable(getattr(placement, "current_index", None)) else "index"
+        index = _call(placement, reader) if ready else None
         if index is not None:
             yield from self._index_metrics(index)
         assumed = getattr(placement, "assumed", None)
@@ -485,26 +487,50 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+#: Control characters (C0, DEL, C1, Unicode line/paragraph separators) -> a visible escape.
+_CONTROL_ESCAPES: dict[int, str] = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
+def escape_controls(text: str) -> str:
+    """`text` with control characters escaped (`\\n`, `\\x1b`, ...), so that a value from a request
+    (a pod name with a newline) cannot start a forged line in a plain-text log."""
+    return text.translate(_CONTROL_ESCAPES)
+
+
 class TextFormatter(logging.Formatter):
     """`time LEVEL logger: message [trace_id=...]`.
 
     The message is meant to stand alone (callers write the figures into it, `key=value`), so the
-    `extra=` fields are left to the JSON formatter; only the current trace id is appended.
+    `extra=` fields are left to the JSON formatter; only the current trace id is appended. Control
+    characters in the message are escaped (one record, one line: no log injection); a traceback
+    appended after it keeps its lines.
     """
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # logging's own (camelCase) hook
+        # `format()` sets `record.message` afresh for every formatter, so escaping it here does
+        # not leak into other handlers.
+        record.message = escape_controls(record.message)
         text = super().formatMessage(record)
         trace_id = getattr(record, "trace_id", None) or trace_fields().get("trace_id")
         return f"{text} trace_id={trace_id}" if trace_id else text
 
 
 def logfmt(value: Any) -> str:
-    """`value` as a logfmt value: floats with 3 decimals, quoted (JSON style) if it has spaces."""
+    """`value` as a logfmt value: floats with 3 decimals, quoted (JSON style, which escapes control
+    characters) if it has spaces, quotes, `=` or control characters."""
     text = f"{value:.3f}" if isinstance(value, float) else str(value)
-    return orjson.dumps(text).decode() if (not text or any(c in text for c in ' "=')) else text
+    plain = text and not any(c in text for c in ' "=') and escape_controls(text) == text
+    return text if plain else orjson.dumps(text).decode()
 
 
 def configure_logging(settings: Settings, *, stream: IO[str] | None = None) -> logging.Handler:

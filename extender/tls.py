@@ -18,6 +18,10 @@ before it fails, leaving a context that can no longer complete a handshake. So a
 the three files once, proves the snapshot on a scratch context and only then loads the very
 same bytes into the live context. A bad snapshot is logged and the live context is untouched.
 
+A certificate outside its validity period (expired, or not valid yet) is loaded anyway, since
+refusing to start helps nobody, but a warning names the file and the dates, at start-up and on
+every reload: kube-scheduler would reject every handshake with it.
+
 Out of scope: reloading `client_ca_file` can only *add* CAs. OpenSSL's certificate store has no
 removal, so a CA dropped from the bundle stays trusted until the process restarts (logged).
 This module imports no aiohttp; `reloading` is an aiohttp `cleanup_ctx` by shape only.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import hashlib
 import logging
 import os
@@ -78,6 +83,16 @@ class _Material:
         except (ValueError, UnicodeDecodeError):
             return "?"
         return hashlib.sha256(der).hexdigest()[:16]
+
+    def leaf_der(self) -> bytes | None:
+        """DER of the first certificate of the chain (the serving certificate), or None."""
+        match = _PEM_CERT.search(self.cert)
+        if match is None:
+            return None
+        try:
+            return ssl.PEM_cert_to_DER_cert(match.group(0).decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            return None
 
     def ca_certs(self) -> set[bytes]:
         """The PEM blocks of the client CA bundle, whitespace-normalised, to spot removed CAs."""
@@ -183,7 +198,86 @@ def server_ssl_context(settings: Settings) -> ssl.SSLContext | None:
         raise ValueError(f"TLS ({files}): cannot load: {_describe(exc)}") from exc
     _LOADED[context] = material
     logger.info("TLS: loaded %s (leaf sha256 %s)", files, material.leaf_fingerprint())
+    warn_if_not_valid_now(material, files)
     return context
+
+
+def _der_element(der: bytes, pos: int) -> tuple[int, int, int]:
+    """(tag, content start, content end) of the DER element at `pos`."""
+    tag, length = der[pos], der[pos + 1]
+    pos += 2
+    if length & 0x80:
+        size = length & 0x7F
+        length = int.from_bytes(der[pos : pos + size], "big")
+        pos += size
+    if pos + length > len(der):
+        raise ValueError("truncated DER element")
+    return tag, pos, pos + length
+
+
+def _der_time(tag: int, raw: bytes) -> datetime.datetime:
+    text = raw.decode("ascii")
+    if tag == 0x17:  # UTCTime YYMMDDHHMMSSZ; RFC 5280: YY >= 50 is 19YY
+        year = int(text[:2])
+        text = f"{1900 + year if year >= 50 else 2000 + year}{text[2:]}"
+    elif tag != 0x18:  # GeneralizedTime YYYYMMDDHHMMSSZ
+        raise ValueError(f"unexpected time tag {tag:#x}")
+    return datetime.datetime.strptime(text, "%Y%m%d%H%M%SZ").replace(tzinfo=datetime.UTC)
+
+
+def certificate_validity(der: bytes) -> tuple[datetime.datetime, datetime.datetime]:
+    """(notBefore, notAfter) of a DER X.509 certificate (RFC 5280 §4.1), without a crypto library.
+
+    Raises:
+        ValueError: the bytes are not a certificate this reader understands.
+    """
+    try:
+        _, start, _ = _der_element(der, 0)  # Certificate
+        _, pos, _ = _der_element(der, start)  # tbsCertificate
+        tag, _, end = _der_element(der, pos)
+        if tag == 0xA0:  # [0] EXPLICIT version
+            pos = end
+        for _ in range(3):  # serialNumber, signature, issuer
+            pos = _der_element(der, pos)[2]
+        tag, start, _ = _der_element(der, pos)  # validity
+        if tag != 0x30:
+            raise ValueError("no validity sequence")
+        before_tag, before_start, before_end = _der_element(der, start)
+        after_tag, after_start, after_end = _der_element(der, before_end)
+        return (
+            _der_time(before_tag, der[before_start:before_end]),
+            _der_time(after_tag, der[after_start:after_end]),
+        )
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"malformed certificate: {exc}") from None
+
+
+def warn_if_not_valid_now(material: _Material, files: str, now: datetime.datetime | None = None) -> bool:
+    """Log a warning if the serving certificate is expired or not yet valid; True if it warned."""
+    der = material.leaf_der()
+    if der is None:
+        return False
+    try:
+        not_before, not_after = certificate_validity(der)
+    except ValueError as exc:
+        logger.debug("TLS: cannot read the validity of %s: %s", files, exc)
+        return False
+    now = now or datetime.datetime.now(datetime.UTC)
+    if now > not_after:
+        logger.warning(
+            "TLS: the serving certificate (%s) expired at %s; clients will reject it until it is renewed",
+            files,
+            not_after.isoformat(),
+        )
+        return True
+    if now < not_before:
+        logger.warning(
+            "TLS: the serving certificate (%s) is not valid until %s; clients will reject it until then",
+            files,
+            not_before.isoformat(),
+        )
+        return True
+    return False
 
 
 def _file_names(cert_file: Path, key_file: Path, client_ca_file: Path | None) -> str:
@@ -286,6 +380,7 @@ class CertReloader:
             self._files(),
             material.leaf_fingerprint(),
         )
+        warn_if_not_valid_now(material, self._files())
         return True
 
     def _reject(self, key: str, reason: str) -> None:

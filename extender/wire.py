@@ -110,6 +110,49 @@ def _node_items(nodes: Any) -> list[Obj]:
     return items
 
 
+def _check_optional(value: Any, path: str, kind: type, what: str) -> None:
+    if value is not None and not isinstance(value, kind):
+        raise InvalidRequest(f"{path}: must be {what} or null, got {_type_name(value)}")
+
+
+def _check_claim_entries(entries: Any, path: str, fields: tuple[str, ...]) -> None:
+    """A list of objects (or null) whose `fields` are strings or null."""
+    _check_optional(entries, path, list, "an array")
+    for i, entry in enumerate(entries or ()):
+        if not isinstance(entry, dict):
+            raise InvalidRequest(f"{path}[{i}]: must be an object, got {_type_name(entry)}")
+        for name in fields:
+            _check_optional(entry.get(name), f"{path}[{i}].{name}", str, "a string")
+
+
+def check_pod(pod: Obj) -> None:
+    """Type-check the parts of a Pod the extender reads, so a malformed one is a 400, not a crash.
+
+    Read are `metadata.{name,namespace,uid}`, `spec.{nodeName,resourceClaims}` and
+    `status.resourceClaimStatuses`; every other field is passed over untouched. Each may be null.
+
+    Raises:
+        InvalidRequest: naming the first field with a wrong type, e.g. `Pod.spec.resourceClaims`.
+    """
+    meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
+    _check_optional(meta, "Pod.metadata", dict, "an object")
+    _check_optional(spec, "Pod.spec", dict, "an object")
+    _check_optional(status, "Pod.status", dict, "an object")
+    for name in ("name", "namespace", "uid"):
+        _check_optional((meta or {}).get(name), f"Pod.metadata.{name}", str, "a string")
+    _check_optional((spec or {}).get("nodeName"), "Pod.spec.nodeName", str, "a string")
+    _check_claim_entries(
+        (spec or {}).get("resourceClaims"),
+        "Pod.spec.resourceClaims",
+        ("name", "resourceClaimName", "resourceClaimTemplateName"),
+    )
+    _check_claim_entries(
+        (status or {}).get("resourceClaimStatuses"),
+        "Pod.status.resourceClaimStatuses",
+        ("name", "resourceClaimName"),
+    )
+
+
 def decode_extender_args(body: bytes) -> tuple[Obj, list[str], list[Obj] | None]:
     """Decode a filter/prioritize request body.
 
@@ -122,8 +165,9 @@ def decode_extender_args(body: bytes) -> tuple[Obj, list[str], list[Obj] | None]
         and `Nodes` are given, `NodeNames` wins and `node_items` is None; if neither, no nodes.
 
     Raises:
-        InvalidRequest: the body is not a JSON object, `Pod` is missing/null/not an object,
-            `NodeNames` is not a list of strings, or `Nodes` is not a NodeList of named nodes.
+        InvalidRequest: the body is not a JSON object, `Pod` is missing/null/not an object or
+            a field of it the extender reads has a wrong type (`check_pod`), `NodeNames` is not
+            a list of strings, or `Nodes` is not a NodeList of named nodes.
     """
     args = _decode_object(body)
     pod = args.get("Pod")
@@ -131,6 +175,7 @@ def decode_extender_args(body: bytes) -> tuple[Obj, list[str], list[Obj] | None]
         raise InvalidRequest("Pod: required, got " + ("null" if "Pod" in args else "nothing"))
     if not isinstance(pod, dict):
         raise InvalidRequest(f"Pod: must be an object, got {_type_name(pod)}")
+    check_pod(pod)
     node_names = args.get("NodeNames")
     if node_names is not None:
         if not isinstance(node_names, list):

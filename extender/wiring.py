@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -14,6 +15,7 @@ from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
 from extender.placement import Placement
 from extender.settings import Settings
+from extender.worker import PlacementWorker
 
 if TYPE_CHECKING:
     import kubernetes.client
@@ -35,6 +37,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
         filter_timeout_seconds=settings.filter_timeout_seconds,
         topology=settings.topology(),
         freeze_caches=True,
+        worker=placement_worker(settings),
     )
     prepare_kernels(settings)
     placement.index()  # build now, so the first filter call does not pay for it
@@ -55,15 +58,17 @@ def freeze_heap() -> None:
 
 def build_kube_services(
     settings: Settings,
-    loop: asyncio.AbstractEventLoop | None = None,
     *,
     api_client: kubernetes.client.ApiClient | None = None,
 ) -> tuple[Placement, BindService, KubeSource]:
     """Placement, binder and watch source for kube mode, over an initially empty ClusterState.
 
+    The watch applies its events on the placement's worker thread, the thread that runs every
+    evaluation and bind step, so an evaluation never sees the state change under it (and the
+    state needs no lock); events wait while an evaluation runs.
+
     Args:
         settings: the effective settings (kubeconfig, watch stall and readiness limits).
-        loop: the loop that owns the state; None means the loop `source.start()` runs on.
         api_client: a ready client (tests); None loads kubeconfig or in-cluster config.
 
     Returns:
@@ -81,16 +86,20 @@ def build_kube_services(
 
     state = ClusterState()
     api_client = api_client or kube.load_api_client(settings)
-    source = kube.KubeSource(state, settings, api_client=api_client, loop=loop)
     placement = Placement(
         state,
         features=settings.features,
         assumed=AssumeCache(ttl_seconds=settings.assume_ttl_seconds),
         filter_timeout_seconds=settings.filter_timeout_seconds,
         topology=settings.topology(),
-        is_synced=source.synced,
+        is_synced=lambda: source.synced(),
         freeze_caches=True,
+        worker=placement_worker(settings),
     )
+    # The source schedules its state writes with `loop.call_soon_threadsafe` (and checks
+    # `is_closed`); the worker offers both, so the writes run on the worker thread.
+    worker: Any = placement.worker
+    source = kube.KubeSource(state, settings, api_client=api_client, loop=worker)
     placement.source_stats = source.stats  # type: ignore[attr-defined]  # read by telemetry
     prepare_kernels(settings)
     elector = None
@@ -121,11 +130,12 @@ def kube_app_context(
     async def warm_after_sync() -> None:
         while not source.synced():
             await asyncio.sleep(0.1)
-        placement.index()
+        await placement.worker.run(placement.index)
         freeze_heap()
 
     async def app_context(app: Any) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(placement.worker.close)  # last: after the watch stopped writing
             await stack.enter_async_context(contextlib.asynccontextmanager(source.app_context)(app))
             stack.callback(binder.close)
             if isinstance(binder.elector, LeaderElector):
@@ -136,6 +146,14 @@ def kube_app_context(
             yield
 
     return app_context
+
+
+def placement_worker(settings: Settings) -> PlacementWorker:
+    """The placement's worker thread, with the kernels' thread count set on it (numba's setting is
+    per thread, so `prepare_kernels` on the main thread does not reach the worker)."""
+    from kernels import topology as kernels
+
+    return PlacementWorker(initializer=functools.partial(kernels.set_threads, settings.kernel_threads))
 
 
 def prepare_kernels(settings: Settings) -> None:

@@ -24,6 +24,47 @@ BAD_BODIES = {
         orjson.dumps({"Pod": POD, "Nodes": {"items": [{"metadata": {}}]}}),
         "Nodes.items[0]",
     ),
+    # issue 12 finding 5: wrong nested types in Pod were internal errors (filter Error, prioritize 500)
+    "pod-spec-list": (orjson.dumps({"Pod": {**POD, "spec": []}, "NodeNames": ["a"]}), "Pod.spec"),
+    "pod-metadata-list": (orjson.dumps({"Pod": {**POD, "metadata": []}, "NodeNames": ["a"]}), "Pod.metadata"),
+    "pod-status-string": (orjson.dumps({"Pod": {**POD, "status": "x"}, "NodeNames": ["a"]}), "Pod.status"),
+    "pod-uid-object": (
+        orjson.dumps({"Pod": {**POD, "metadata": {"name": "p", "uid": {"a": 1}}}, "NodeNames": ["a"]}),
+        "Pod.metadata.uid",
+    ),
+    "pod-name-number": (
+        orjson.dumps({"Pod": {**POD, "metadata": {"name": 7}}, "NodeNames": ["a"]}),
+        "Pod.metadata.name",
+    ),
+    "resource-claims-string": (
+        orjson.dumps({"Pod": {**POD, "spec": {"resourceClaims": "gpu"}}, "NodeNames": ["a"]}),
+        "Pod.spec.resourceClaims",
+    ),
+    "resource-claim-entry-string": (
+        orjson.dumps({"Pod": {**POD, "spec": {"resourceClaims": ["gpu"]}}, "NodeNames": ["a"]}),
+        "Pod.spec.resourceClaims[0]",
+    ),
+    "resource-claim-name-number": (
+        orjson.dumps(
+            {
+                "Pod": {**POD, "spec": {"resourceClaims": [{"name": "g", "resourceClaimName": 3}]}},
+                "NodeNames": [],
+            }
+        ),
+        "Pod.spec.resourceClaims[0].resourceClaimName",
+    ),
+    "claim-statuses-object": (
+        orjson.dumps({"Pod": {**POD, "status": {"resourceClaimStatuses": {}}}, "NodeNames": ["a"]}),
+        "Pod.status.resourceClaimStatuses",
+    ),
+    "claim-status-name-list": (
+        orjson.dumps({"Pod": {**POD, "status": {"resourceClaimStatuses": [{"name": []}]}}, "NodeNames": []}),
+        "Pod.status.resourceClaimStatuses[0].name",
+    ),
+    "node-name-number": (
+        orjson.dumps({"Pod": {**POD, "spec": {"nodeName": 1}}, "NodeNames": ["a"]}),
+        "Pod.spec.nodeName",
+    ),
 }
 
 
@@ -101,3 +142,16 @@ async def test_wrong_method_gives_405(app_client):
     resp = await client.get("/filter")
     assert resp.status == 405
     await _still_serving(client)
+
+
+async def test_nested_null_fields_are_accepted(app_client, placement):
+    """Null where the wire allows it (metadata, spec, status, their read fields) is not an error."""
+    client = await app_client()
+    pod = {
+        "metadata": {"name": "p", "namespace": None, "uid": None},
+        "spec": {"resourceClaims": None, "nodeName": None},
+        "status": None,
+    }
+    resp = await client.post("/filter", data=orjson.dumps({"Pod": pod, "NodeNames": ["a"]}))
+    assert resp.status == 200
+    assert len(placement.calls) == 1

@@ -137,12 +137,17 @@ class Harness:
     def __init__(self, api: FakeApiServer, *, elector: LeaderView | None = None, ttl: float = 60.0) -> None:
         self.api = api
         self.state = ClusterState()
-        self.source = KubeSource(self.state, Settings(), api_client=api.api_client(), backoff_base=0.05)
         self.placement = Placement(
             self.state,
             features=Features.from_gates(),
             assumed=AssumeCache(ttl_seconds=ttl),
-            is_synced=self.source.synced,
+            is_synced=lambda: self.source.synced(),
+        )
+        # As in production (wiring.build_kube_services): watch events are applied on the
+        # placement's worker thread, the thread the binder's choose step runs on.
+        worker: Any = self.placement.worker
+        self.source = KubeSource(
+            self.state, Settings(), api_client=api.api_client(), backoff_base=0.05, loop=worker
         )
         self.binder = KubeBinder(api.api_client(), self.state, self.placement, elector=elector)
 
@@ -154,6 +159,7 @@ class Harness:
     async def __aexit__(self, *exc: object) -> None:
         self.binder.close()
         await self.source.stop()
+        self.placement.worker.close()
 
     async def caught_up(self) -> None:
         """Wait until the watched claims and pods in the state match the server's versions."""

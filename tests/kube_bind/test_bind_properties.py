@@ -309,6 +309,19 @@ class StoreApi:
         return raw
 
 
+class InlineWorker:
+    """A PlacementWorker stand-in that runs the work at once on the calling (loop) thread."""
+
+    async def run(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        timeout: float | None = None,
+        start_timeout: float | None = None,
+    ) -> Any:
+        return fn(*args)
+
+
 class Chaos:
     """Seeded cooperative scheduling: every step yields to the loop a random number of times."""
 
@@ -386,6 +399,10 @@ async def run_in_memory(scenario: Scenario, seed: int) -> None:
     state = ClusterState()
     watch = StoreWatch(store, state)
     placement = Placement(state, features=FEATURES, assumed=AssumeCache(ttl_seconds=3600))
+    # The seeded interleavings are of loop tasks: the watch above applies events on the loop, so
+    # the binder's worker steps must run there too (inline), as the production worker thread
+    # runs both the watch's writes and the binder's steps (`extender.worker`).
+    placement.worker = InlineWorker()  # type: ignore[assignment]
     api = StoreApi(store)
     chaos = Chaos(rng, lambda: check_assumed(placement, store.list(CLAIMS)[0]))
     binder = SteppedBinder(api, state, placement, chaos)

@@ -73,7 +73,15 @@ def ca(common_name: str = "test-ca") -> Issued:
     return Issued(cert, key)
 
 
-def _leaf(issuer: Issued, common_name: str, *, server: bool, client_auth: bool = False) -> Issued:
+def _leaf(
+    issuer: Issued,
+    common_name: str,
+    *,
+    server: bool,
+    client_auth: bool = False,
+    not_before: datetime.datetime = _NOW,
+    not_after: datetime.datetime = _NOW + _VALID_FOR,
+) -> Issued:
     key = ec.generate_private_key(ec.SECP256R1())
     builder = (
         x509.CertificateBuilder()
@@ -81,8 +89,8 @@ def _leaf(issuer: Issued, common_name: str, *, server: bool, client_auth: bool =
         .issuer_name(issuer.cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(_NOW)
-        .not_valid_after(_NOW + _VALID_FOR)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage(
@@ -106,14 +114,22 @@ def _leaf(issuer: Issued, common_name: str, *, server: bool, client_auth: bool =
 
 
 def server(
-    issuer: Issued, common_name: str = "dra-topology-extender", *, client_auth: bool = False
+    issuer: Issued,
+    common_name: str = "dra-topology-extender",
+    *,
+    client_auth: bool = False,
+    not_before: datetime.datetime = _NOW,
+    not_after: datetime.datetime = _NOW + _VALID_FOR,
 ) -> Issued:
     """A server certificate for `localhost` and `127.0.0.1`, signed by `issuer`.
 
     `client_auth` adds the clientAuth usage, so the certificate can also log in as a client
-    (what the exec probes in deploy/deployment.yaml do).
+    (what the exec probes in deploy/deployment.yaml do); `not_before`/`not_after` set its
+    validity (default: 2025-01-01 for ten years).
     """
-    return _leaf(issuer, common_name, server=True, client_auth=client_auth)
+    return _leaf(
+        issuer, common_name, server=True, client_auth=client_auth, not_before=not_before, not_after=not_after
+    )
 
 
 def client(issuer: Issued, common_name: str = "system:kube-scheduler") -> Issued:

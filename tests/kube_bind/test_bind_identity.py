@@ -1,0 +1,52 @@
+"""Kube-mode bind checks what it binds: the node must be in the watched state, and a UID seen in
+filter under another name is refused (issue 12 finding 7)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from extender.kube_binder import NODE_GONE, OK, POD_GONE, TIMEOUT
+from tests.fakeapi.server import FakeApiServer
+from tests.kube_bind.cluster import NAMESPACE, Harness, writes
+from tests.kube_bind.test_kube_binder import seed, untouched
+
+
+async def test_bind_to_a_node_the_watch_does_not_know_is_refused(fake_api: FakeApiServer):
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    async with Harness(fake_api) as h:
+        error, reason = await h.bind("p1", "ghost-node")
+        assert reason == NODE_GONE
+        assert error == "node ghost-node does not exist (not in the watched cluster state)"
+        assert untouched(h.claim("c1"))
+        assert writes(fake_api) == []
+        assert len(h.placement.assumed) == 0
+
+
+async def test_a_uid_seen_in_filter_under_another_name_is_refused_naming_both(fake_api: FakeApiServer):
+    seed(fake_api, gpus={"n1": 1}, claims={}, pods={})
+    async with Harness(fake_api) as h:
+        seen = {"metadata": {"name": "web-a", "namespace": NAMESPACE, "uid": "uid-shared"}, "spec": {}}
+        verdict = await h.placement.worker.run(h.placement.filter, seen, ["n1"])
+        assert verdict.passed == ["n1"]
+        error, reason = await h.binder.bind_with_reason(
+            namespace="other", name="web-b", uid="uid-shared", node="n1"
+        )
+        assert reason == POD_GONE
+        assert f"{NAMESPACE}/web-a" in error and "other/web-b" in error
+        assert writes(fake_api) == []
+
+
+async def test_choose_step_queued_behind_a_busy_worker_gives_up_cleanly(fake_api: FakeApiServer):
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    async with Harness(fake_api) as h:
+        h.placement.filter_timeout_seconds = 0.3
+        gate = threading.Event()
+        busy = asyncio.ensure_future(h.placement.worker.run(gate.wait, 10.0))
+        error, reason = await h.bind("p1", "n1")
+        assert reason == TIMEOUT and "did not start within 0.3 s" in error
+        assert writes(fake_api) == [] and untouched(h.claim("c1"))
+        assert len(h.placement.assumed) == 0
+        gate.set()
+        await busy
+        assert await h.bind("p1", "n1") == ("", OK)
