@@ -77,6 +77,9 @@ class Settings:
     scheduler_names: tuple[str, ...] = ()
     """Scheduler profiles whose pods we place; empty means every profile."""
 
+    ui: bool = False
+    """Serve the read-only placement dashboard at `/ui` (and record the last verb decisions)."""
+
     # ---------------------------------------------------------------- kube mode (watch)
     watch_stall_seconds: float = 300.0
     """A watch stream that delivers no event or bookmark for this long is restarted by a relist."""
@@ -359,6 +362,7 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "filter_timeout_seconds": _to_seconds,
         "log_level": _to_log_level,
         "log_json": _to_bool,
+        "ui": _to_bool,
         "scheduler_names": _to_names,
         "watch_stall_seconds": _to_seconds,
         "relist_ready_seconds": _to_seconds,
