@@ -29,6 +29,7 @@ PODS = load_pods(Path(__file__).resolve().parents[1] / "data" / "pipeline_pods.y
 ALL_NODES = [
     "h100-node-01", "h100-node-02", "l40s-node-01", "a100-mig-node-01", "tpu-v5e-node-01",
     "gaudi2-node-01", "mi300x-node-01", "inf2-node-01", "fpga-node-01", "cpu-node-01",
+    *(f"gb200-rack-{rack}-{tray:02d}" for rack in "ab" for tray in range(1, 5)),
 ]  # fmt: skip
 
 
@@ -63,7 +64,7 @@ async def test_fleet_summary_counts_every_node_and_held_device(client, services)
     index = placement.index()
     _, free = placement.allocated_state()
     assert [n["name"] for n in fleet["nodes"]] == ALL_NODES
-    assert fleet["totals"] == {"nodes": 10, "devices": index.num_rows, "held": int((~free).sum())}
+    assert fleet["totals"] == {"nodes": 18, "devices": index.num_rows, "held": int((~free).sum())}
     by_name = {n["name"]: n for n in fleet["nodes"]}
     assert by_name["h100-node-02"]["held"] == 2  # gpu-0/1 held by llm-finetune-0 (tests/data/README.md)
     assert by_name["cpu-node-01"]["devices"] == 0
@@ -123,7 +124,7 @@ async def test_decisions_record_filter_prioritize_and_bind(client) -> None:
     listed = (await _get(client, "/ui/api/decisions"))["decisions"]
     assert [d["verb"] for d in listed] == ["bind", "prioritize", "filter"]
     filtered = await _get(client, f"/ui/api/decisions/{listed[2]['seq']}")
-    assert (filtered["passed"], filtered["unresolvable"]) == (2, 8)
+    assert (filtered["passed"], filtered["unresolvable"]) == (2, 16)
     assert "h100.nvidia.com" in filtered["reasons"]["l40s-node-01"]
     assert sorted(filtered["passed_nodes"]) == ["h100-node-01", "h100-node-02"]
     ranked = await _get(client, f"/ui/api/decisions/{listed[1]['seq']}")

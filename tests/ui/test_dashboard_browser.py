@@ -128,7 +128,7 @@ def test_dashboard_shows_fleet_node_decisions_and_explain(server: str, browser, 
     kinds = driver.find_element(By.ID, "kinds").text
     assert "a3-highgpu-8g" in kinds and "a2-ultragpu-2g" in kinds
     cards = [c.get_attribute("data-node") for c in driver.find_elements(By.CSS_SELECTOR, ".node-card")]
-    assert len(cards) == 10 and "a100-mig-node-01" in cards and "cpu-node-01" in cards
+    assert len(cards) == 18 and "a100-mig-node-01" in cards and "cpu-node-01" in cards
 
     # A MIG node: partitions drawn inside their GPU, the held one names its claim.
     driver.find_element(By.CSS_SELECTOR, '.node-card[data-node="a100-mig-node-01"]').click()
