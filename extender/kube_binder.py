@@ -239,6 +239,7 @@ class KubeBinder:
         for write in writes:
             if write.allocation is not None:
                 self._written[write.uid] = (write.namespace, write.name)
+        self._placement.assumed.assume_pod(pod_uid, node)  # gang members see it before the watch does
         log.info(
             "bound pod %s/%s to %s: allocated %s; reserved %s",
             namespace,

@@ -34,6 +34,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
         assumed=assumed,
         filter_timeout_seconds=settings.filter_timeout_seconds,
         topology=settings.topology(),
+        gang_settings=settings.gang(),
         freeze_caches=True,
     )
     prepare_kernels(settings)
@@ -88,6 +89,7 @@ def build_kube_services(
         assumed=AssumeCache(ttl_seconds=settings.assume_ttl_seconds),
         filter_timeout_seconds=settings.filter_timeout_seconds,
         topology=settings.topology(),
+        gang_settings=settings.gang(),
         is_synced=source.synced,
         freeze_caches=True,
     )
