@@ -66,6 +66,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         except ConfigException as exc:
             return _fail(f"--kube: cannot load the Kubernetes client configuration: {exc}")
         app = make_app(settings, placement=placement, binder=binder)
+        _add_dashboard(app, settings, placement)
         # list+watch, then the leader election, on the app's loop; /readyz waits for the sync
         app.cleanup_ctx.append(wiring.kube_app_context(placement, source, binder))
         _run_app(app, settings, ssl_context)
@@ -91,8 +92,17 @@ def _run_serve(args: argparse.Namespace) -> int:
 
     placement, binder = wiring.build_services(settings, state)
     app = make_app(settings, placement=placement, binder=binder)
+    _add_dashboard(app, settings, placement)
     _run_app(app, settings, ssl_context)
     return 0
+
+
+def _add_dashboard(app: Any, settings: Settings, placement: Any) -> None:
+    if settings.ui:
+        from extender import ui
+
+        ui.add_dashboard(app, placement)
+        logger.info("placement dashboard at /ui (read-only)")
 
 
 def _run_app(app: Any, settings: Settings, ssl_context: ssl.SSLContext | None) -> None:
@@ -155,6 +165,9 @@ def _add_serve(subparsers: Any) -> None:
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     parser.add_argument("--log-json", action="store_true", default=None, help="log one JSON object per line")
+    parser.add_argument(
+        "--ui", action="store_true", default=None, help="serve the read-only placement dashboard at /ui"
+    )
     _add_kube_flags(parser)
     _add_tls_flags(parser)
     _add_leader_flags(parser)

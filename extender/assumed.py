@@ -32,6 +32,7 @@ class AssumeCache:
         self._ttl = ttl_seconds
         self._clock = clock
         self._entries: dict[str, Assumption] = {}
+        self._pods: dict[str, tuple[str, float]] = {}  # pod uid -> (node, expires at)
         self.version = 0
 
     def assume(self, claim_uid: str, allocation: dict[str, Any], *, pod_uid: str) -> None:
@@ -53,6 +54,18 @@ class AssumeCache:
         if expired:
             self.version += 1
         return {uid: entry.allocation for uid, entry in self._entries.items()}
+
+    def assume_pod(self, pod_uid: str, node: str) -> None:
+        """Record that a pod was bound to `node` before the pod update is visible (gang members
+        count it: extender/gang.py). Expires like the claim entries."""
+        self._pods[pod_uid] = (node, self._clock() + self._ttl)
+
+    def pod_nodes(self) -> dict[str, str]:
+        """Unexpired pod bindings by pod uid; expired ones are dropped here."""
+        now = self._clock()
+        for uid in [uid for uid, (_, expires) in self._pods.items() if expires <= now]:
+            del self._pods[uid]
+        return {uid: node for uid, (node, _) in self._pods.items()}
 
     def __len__(self) -> int:
         return len(self._entries)

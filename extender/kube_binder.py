@@ -257,6 +257,8 @@ class KubeBinder:
             for write in writes:
                 if write.allocation is not None:
                     self._written[write.uid] = (write.namespace, write.name)
+        # Gang members see this pod on its node before the watch shows it (extender/gang.py).
+        await worker.run(self._placement.assumed.assume_pod, pod_uid, node)
         log.info(
             "bound pod %s/%s to %s: allocated %s; reserved %s",
             namespace,

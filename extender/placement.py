@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from extender import feasibility, scoring, telemetry
+from extender import feasibility, gang, scoring, telemetry
 from extender.allocator.allocating import SearchStats, allocate, validate_claims
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
@@ -113,8 +113,12 @@ class Placement:
         topology: TopologySettings | None = None,
         freeze_caches: bool = False,
         worker: PlacementWorker | None = None,
+        gang_settings: gang.GangSettings | None = None,
     ) -> None:
         self.state = state
+        self.gang = gang_settings or gang.GangSettings()
+        self._cliques: tuple[int, dict[str, str]] = (-1, {})  # (index generation, node -> clique)
+        self._gang_pods: tuple[int, dict[str, dict[str, str]]] = (-1, {})  # (claims gen, key -> uid -> node)
         self.freeze_caches = freeze_caches
         self._frozen_at: tuple[int, int, int] = (-1, -1, -1)
         self.topology = topology or TopologySettings()
@@ -211,9 +215,12 @@ class Placement:
         if evaluation.error:
             return FilterVerdict(error=evaluation.error)
         verdict = FilterVerdict()
+        outside = self._outside_gang_clique(pod, node_names) if self.gang.filter_other_cliques else {}
         for name in node_names:
             outcome = evaluation.verdicts[name]
-            if outcome.status == PASSED:
+            if outcome.status == PASSED and name in outside:
+                verdict.unresolvable[name] = outside[name]
+            elif outcome.status == PASSED:
                 verdict.passed.append(name)
             elif outcome.status == FAILED:
                 verdict.failed[name] = outcome.reason
@@ -234,7 +241,76 @@ class Placement:
         scored = [name for name in passed if name in scores]
         values = scoring.priorities(scores.values(scored))
         by_node = dict(zip(scored, values.tolist(), strict=True))
+        if self.gang.weight > 0:
+            by_node = self._with_gang_term(pod, passed, by_node)
         return [HostScore(name, by_node.get(name, 0)) for name in node_names]
+
+    # ----------------------------------------------------------------- gangs (extender/gang.py)
+    def node_cliques(self) -> dict[str, str]:
+        """node -> multi-node NVLink clique, per index generation."""
+        index = self.index()
+        if self._cliques[0] != index.generation:
+            devices = {name: block.devices for name, block in index.blocks.items()}
+            self._cliques = (index.generation, gang.node_cliques(index.nodes, devices, self.gang))
+        return self._cliques[1]
+
+    def gang_members(self, member: gang.Gang, pod_uid: str) -> dict[str, str]:
+        """pod uid -> node of the gang's other members, bound (in the state) or assumed (bind)."""
+        generation = self.state.claims_generation
+        if self._gang_pods[0] != generation:
+            by_gang: dict[str, dict[str, str]] = {}
+            for pod in self.state.iter("Pod"):
+                node = (pod.get("spec") or {}).get("nodeName")
+                other = gang.gang_of(pod, self.gang) if node else None
+                if other is not None:
+                    by_gang.setdefault(other.key, {})[str((pod.get("metadata") or {}).get("uid", ""))] = node
+            self._gang_pods = (generation, by_gang)
+        members = dict(self._gang_pods[1].get(member.key, {}))
+        assumed = self.assumed.pod_nodes()
+        if assumed:
+            for pod in self._gang_candidates(assumed):
+                other = gang.gang_of(pod, self.gang)
+                if other is not None and other.key == member.key:
+                    uid = str((pod.get("metadata") or {}).get("uid", ""))
+                    members.setdefault(uid, assumed[uid])
+        members.pop(pod_uid, None)
+        return members
+
+    def _gang_candidates(self, assumed: dict[str, str]) -> list[Obj]:
+        """Pods behind assumed bindings: from the pods seen in filter, else the state."""
+        found = [self.pods_seen[uid] for uid in assumed if uid in self.pods_seen]
+        if len(found) < len(assumed):
+            found.extend(p for p in self.state.iter("Pod") if (p.get("metadata") or {}).get("uid") in assumed)
+        return found
+
+    def _with_gang_term(self, pod: Obj, passed: list[str], by_node: dict[str, int]) -> dict[str, int]:
+        member = gang.gang_of(pod, self.gang)
+        if member is None or not passed:
+            return by_node
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        cliques = self.node_cliques()
+        placed = self.gang_members(member, uid).values()
+        terms = gang.clique_scores(member, passed, cliques, placed)
+        if terms is None:
+            return by_node
+        weight = self.gang.weight
+        return {name: gang.combine(by_node.get(name, 0), terms[name], weight) for name in passed}
+
+    def _outside_gang_clique(self, pod: Obj, node_names: list[str]) -> dict[str, str]:
+        """Nodes outside a placed gang's clique -> reason (setting `gang_filter_other_cliques`)."""
+        member = gang.gang_of(pod, self.gang)
+        if member is None:
+            return {}
+        cliques = self.node_cliques()
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        home = gang.home_clique(cliques, self.gang_members(member, uid).values())
+        if home is None:
+            return {}
+        return {
+            name: gang.other_clique_reason(member, home, cliques.get(name))
+            for name in node_names
+            if cliques.get(name) != home
+        }
 
     # ----------------------------------------------------------------- evaluation
     def evaluate(self, pod: Obj, node_names: list[str]) -> PodEvaluation:

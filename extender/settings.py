@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from extender.allocator.features import Features, parse_feature_gates
+from extender.gang import GangSettings
 from extender.topology import PACKING_POLICIES, TopologySettings, parse_drivers
 
 ENV_PREFIX = "DRA_EXTENDER_"
@@ -80,6 +81,9 @@ class Settings:
 
     scheduler_names: tuple[str, ...] = ()
     """Scheduler profiles whose pods we place; empty means every profile."""
+
+    ui: bool = False
+    """Serve the read-only placement dashboard at `/ui` (and record the last verb decisions)."""
 
     # ---------------------------------------------------------------- kube mode (watch)
     watch_stall_seconds: float = 300.0
@@ -160,6 +164,22 @@ class Settings:
     """Threads of the topology kernels (numba); 0 uses one per core. One by default: parallel kernel
     threads compete with the event loop on small machines (loadtests/README.md)."""
 
+    # ---------------------------------------------------------------- gangs on multi-node NVLink cliques
+    gang_clique_label: str = "nvidia.com/gpu.clique"
+    """Node label naming a node's multi-node NVLink clique (e.g. one GB200 NVL72 rack)."""
+
+    gang_clique_attribute: str = "gpu.nvidia.com/cliqueID"
+    """Device attribute naming the clique, read when a node lacks the label."""
+
+    gang_size_annotation: str = "gang.dra-extender.io/size"
+    """Pod annotation giving the gang's size (LeaderWorkerSet's own size annotation is read too)."""
+
+    gang_weight: float = 3.0
+    """Weight of the clique term against the 0..10 topology priority for gang members (0: off)."""
+
+    gang_filter_other_cliques: bool = False
+    """Once a gang member is placed, fail the gang's other pods on nodes outside its clique."""
+
     def topology(self) -> TopologySettings:
         """The topology model and scoring settings these settings describe."""
         return TopologySettings(
@@ -172,6 +192,16 @@ class Settings:
             cross_claim_weight=self.cross_claim_weight,
             packing=self.packing,
             max_work=self.kernel_max_work,
+        )
+
+    def gang(self) -> GangSettings:
+        """How gangs and NVLink cliques are recognised and weighed (extender/gang.py)."""
+        return GangSettings(
+            clique_label=self.gang_clique_label,
+            clique_attribute=self.gang_clique_attribute,
+            size_annotation=self.gang_size_annotation,
+            weight=self.gang_weight,
+            filter_other_cliques=self.gang_filter_other_cliques,
         )
 
     def as_dict(self) -> dict[str, str]:
@@ -364,6 +394,7 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "body_read_timeout_seconds": _to_seconds,
         "log_level": _to_log_level,
         "log_json": _to_bool,
+        "ui": _to_bool,
         "scheduler_names": _to_names,
         "watch_stall_seconds": _to_seconds,
         "relist_ready_seconds": _to_seconds,
@@ -389,6 +420,11 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "topology_drivers": _to_drivers,
         "kernel_max_work": _to_count,
         "kernel_threads": _to_count,
+        "gang_clique_label": _to_text,
+        "gang_clique_attribute": _to_text,
+        "gang_size_annotation": _to_text,
+        "gang_weight": _to_weight,
+        "gang_filter_other_cliques": _to_bool,
     }
 
 

@@ -52,7 +52,7 @@ def _answer(**fields: object) -> bytes:
 @pytest.mark.parametrize("cache", [True, False], ids=["nodeCacheCapable", "full-NodeList"])
 def test_sample_bodies_decode_as_extender_args(cache: bool) -> None:
     bodies = _bodies(cache)
-    assert len(bodies.names) == 10
+    assert len(bodies.names) == 18
     rng = random.Random(1)
     for seq, raw in enumerate(scenarios.load_pods(None)):
         pod = scenarios.PodEntry(raw, scenarios.pod_shape(raw)).instance("fresh", rng, seq)
@@ -145,9 +145,9 @@ def test_check_filter_accepts_a_complete_answer() -> None:
         FailedAndUnresolvableNodes={n: "no such devices" for n in names[3:]},
     )
     answer = scenarios.check_filter(200, ok, bodies)
-    assert (answer.passed, answer.failed, answer.unresolvable, answer.problem) == (names[:2], 1, 7, "")
+    assert (answer.passed, answer.failed, answer.unresolvable, answer.problem) == (names[:2], 1, 15, "")
     everything_failed = _answer(FailedAndUnresolvableNodes=dict.fromkeys(names, "x"))
-    assert scenarios.check_filter(200, everything_failed, bodies) == scenarios.FilterAnswer([], 0, 10)
+    assert scenarios.check_filter(200, everything_failed, bodies) == scenarios.FilterAnswer([], 0, 18)
 
 
 def test_check_filter_reads_nodes_when_not_node_cache_capable() -> None:
@@ -280,7 +280,7 @@ def test_locustfile_imports_and_builds_valid_bodies() -> None:
         "pods": 2,
         "limit": 1,
         "ratio": 0.1,
-        "names": 10,
-        "items": 10,
+        "names": 18,
+        "items": 18,
         "uid": True,
     }

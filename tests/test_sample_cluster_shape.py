@@ -619,4 +619,4 @@ def test_mig_node_is_partitionable(devices: dict[DeviceId, Obj], pools: dict, cl
 def test_cpu_node_has_no_devices(nodes: dict[str, Obj], pools: dict) -> None:
     assert "cpu-node-01" in nodes
     assert all(pool != "cpu-node-01" for _driver, pool in pools)
-    assert len(nodes) == 10
+    assert len(nodes) == 18  # 10 single nodes and two NVL72-style racks of four trays

@@ -153,7 +153,7 @@ def test_explain_prints_verdicts_and_devices() -> None:
     assert "tpu-v5e-node-01: PASSED" in text
     assert "cpu-node-01: UNRESOLVABLE" in text
     assert "tpu.google.com/tpu-v5e-node-01/tpu-0" in text
-    assert "1 of 10 node(s) pass" in text
+    assert "1 of 18 node(s) pass" in text
 
 
 def test_prioritize_ranks_by_chosen_subrequest() -> None:

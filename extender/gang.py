@@ -1,0 +1,261 @@
+"""Gang-aware placement across multi-node NVLink domains (cliques), e.g. GB200/GB300 NVL72 racks.
+
+On rack-scale systems the NVLink domain spans nodes: every GPU of a rack shares a clique, which
+NVIDIA publishes as the node label `nvidia.com/gpu.clique` (`<clusterUUID>.<cliqueId>`) and as a
+device attribute of its DRA driver. A distributed job whose pods talk over NVLink (IMEX channels
+of one ComputeDomain) must land in one clique; placing it should also cut as few cliques as
+possible for the jobs after it.
+
+This module owns three pure steps; `Placement` wires them into prioritize (and, optionally,
+filter):
+
+1. **Gang identity** (`gang_of`): from the pod, the first of
+   - `spec.schedulingGroup.podGroupName` (Kubernetes 1.36 PodGroup API),
+   - `spec.workloadRef` `name`/`podGroup`/`podGroupReplicaKey` (1.35 Workload API),
+   - label pairs of the well-known gang controllers (`GANG_LABELS`): JobSet (jobset name +
+     replicated job), LeaderWorkerSet (name + group index), scheduler-plugins coscheduling
+     (`scheduling.x-k8s.io/pod-group`), Volcano (`volcano.sh/job-name`).
+   The size comes from the annotation `GangSettings.size_annotation`
+   (`gang.dra-extender.io/size`), else LeaderWorkerSet's own `leaderworkerset.sigs.k8s.io/size`;
+   without either the size is unknown (see scoring below). The PodGroup/Workload objects
+   themselves are not read: set the annotation from the same controller that sets the group.
+2. **Clique of a node** (`node_cliques`): the node label `GangSettings.clique_label`, else the
+   device attribute `GangSettings.clique_attribute` of the first of the node's devices that has it.
+   In the topology model this is the level above the node: devices of one node already share
+   `nvlink`..`node`; nodes of one clique share the clique.
+3. **Clique score** (`clique_scores`), per candidate node, in [0, 1], from the nodes that passed
+   filter for this pod (each counts as one slot: one gang member per node, the NVL72 shape of one
+   pod per 4-GPU tray) and the members already bound or assumed (`placed`):
+   - first member (nothing placed): a clique with fewer slots than the gang scores 0; among the
+     cliques that fit, the tightest fit scores 1 and looser ones less, down to `LOOSE_FIT` (best
+     fit keeps large cliques whole for large gangs). Unknown size: every clique with a slot
+     scores `LOOSE_FIT`;
+   - later members: nodes of the clique that holds most placed members score 1 (`SAME_CLIQUE`)
+     when it has room for the rest, `CROWDED_CLIQUE` when it does not; another clique that could
+     still hold the whole rest scores `OTHER_CLIQUE` times its best-fit term; a clique that
+     cannot hold the rest scores 0;
+   - a node without a clique scores 0 when some candidate has one; with no clique anywhere the
+     gang term is not used at all.
+   `combine` blends it with the node's 0..10 topology priority:
+   `round((weight * 10 * clique_score + priority) / (weight + 1))`.
+   With `filter_other_cliques`, once a member is placed the nodes of other cliques fail filter
+   with a reason naming the gang and its clique (`other_clique_reason`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Obj = dict[str, Any]
+
+#: Node label carrying the NVLink clique (NVIDIA GPU feature discovery / DRA driver).
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
+#: Device attribute carrying the clique (NVIDIA DRA driver), used when the node has no label.
+CLIQUE_ATTRIBUTE = "gpu.nvidia.com/cliqueID"
+#: Annotation giving a gang's size (number of pods), set by whoever creates the pods.
+SIZE_ANNOTATION = "gang.dra-extender.io/size"
+LWS_SIZE_ANNOTATION = "leaderworkerset.sigs.k8s.io/size"
+#: (controller, label keys that together name one gang), tried in order.
+GANG_LABELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("jobset", ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name")),
+    ("leaderworkerset", ("leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index")),
+    ("podgroup", ("scheduling.x-k8s.io/pod-group",)),
+    ("volcano", ("volcano.sh/job-name",)),
+)
+
+SAME_CLIQUE = 1.0
+CROWDED_CLIQUE = 0.6
+OTHER_CLIQUE = 0.3
+LOOSE_FIT = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class GangSettings:
+    """How gangs and cliques are recognised and how much the clique term weighs."""
+
+    clique_label: str = CLIQUE_LABEL
+    clique_attribute: str = CLIQUE_ATTRIBUTE
+    size_annotation: str = SIZE_ANNOTATION
+    weight: float = 3.0
+    filter_other_cliques: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.weight >= 0 and self.weight != float("inf")):
+            raise ValueError("gang weight must be a finite number >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """One gang: `key` is unique per namespace and controller; `size` None means unknown."""
+
+    key: str
+    size: int | None
+
+
+def gang_of(pod: Obj, settings: GangSettings | None = None) -> Gang | None:
+    """The pod's gang, or None for a pod that belongs to none (see module docstring)."""
+    settings = settings or GangSettings()
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    namespace = str(meta.get("namespace") or "default")
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    key = _key(spec, labels)
+    if key is None:
+        return None
+    return Gang(f"{namespace}/{key}", _size(annotations, settings))
+
+
+def _key(spec: Obj, labels: Mapping[str, Any]) -> str | None:
+    group = spec.get("schedulingGroup")
+    if isinstance(group, dict) and group.get("podGroupName"):
+        return f"podgroup:{group['podGroupName']}"
+    ref = spec.get("workloadRef")
+    if isinstance(ref, dict) and ref.get("name"):
+        parts = [str(ref["name"]), str(ref.get("podGroup") or ""), str(ref.get("podGroupReplicaKey") or "")]
+        return "workload:" + "/".join(parts)
+    for controller, keys in GANG_LABELS:
+        values = [labels.get(k) for k in keys]
+        if all(isinstance(v, str) and v for v in values):
+            return f"{controller}:" + "/".join(str(v) for v in values)
+    return None
+
+
+def _size(annotations: Mapping[str, Any], settings: GangSettings) -> int | None:
+    for name in (settings.size_annotation, LWS_SIZE_ANNOTATION):
+        raw = annotations.get(name)
+        if raw is None:
+            continue
+        try:
+            size = int(str(raw).strip())
+        except ValueError:
+            continue  # a bad annotation costs the fit term, never the placement
+        if size >= 1:
+            return size
+    return None
+
+
+def node_cliques(
+    nodes: Mapping[str, Obj], devices_of: Mapping[str, Iterable[Any]], settings: GangSettings | None = None
+) -> dict[str, str]:
+    """node name -> clique, for the nodes that have one (label first, then a device attribute).
+
+    `devices_of` maps a node name to its devices (objects with an `attributes` dict keyed by
+    qualified or driver-local names, as `extender.allocator.model.Device`).
+    """
+    settings = settings or GangSettings()
+    out: dict[str, str] = {}
+    driver, _, local = settings.clique_attribute.partition("/")
+    for name, node in nodes.items():
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        value = labels.get(settings.clique_label)
+        if value:
+            out[name] = str(value)
+            continue
+        for device in devices_of.get(name, ()):
+            attrs = getattr(device, "attributes", None) or {}
+            own = getattr(getattr(device, "id", None), "driver", None) == driver
+            found = attrs.get(settings.clique_attribute) or (attrs.get(local) if own and local else None)
+            text = _attribute_text(found)
+            if text:
+                out[name] = text
+                break
+    return out
+
+
+def _attribute_text(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return None
+    for kind in ("string", "int", "version"):
+        if value.get(kind) not in (None, ""):
+            return str(value[kind])
+    return None
+
+
+def placed_members(
+    gang: Gang,
+    pods: Iterable[Obj],
+    *,
+    assumed: Mapping[str, str] | None = None,
+    settings: GangSettings | None = None,
+    exclude_uid: str = "",
+) -> dict[str, str]:
+    """pod uid -> node of the gang's members that are bound (spec.nodeName) or assumed.
+
+    `assumed` maps pod uid -> node for pods this extender bound whose update is not visible yet
+    (the binder records them); they count before the API server reflects them.
+    """
+    out: dict[str, str] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or uid == exclude_uid:
+            continue
+        other = gang_of(pod, settings)
+        if other is not None and other.key == gang.key:
+            out[uid] = str(node)
+    for uid, node in (assumed or {}).items():
+        if uid != exclude_uid:
+            out.setdefault(uid, node)
+    return out
+
+
+def clique_scores(
+    gang: Gang, candidates: list[str], clique_of: Mapping[str, str], placed_nodes: Iterable[str]
+) -> dict[str, float] | None:
+    """Per candidate node, the clique term in [0, 1]; None when no candidate has a clique."""
+    cliques = [clique_of.get(n) for n in candidates]
+    if not any(cliques):
+        return None
+    slots = Counter(c for c in cliques if c)
+    placed = list(placed_nodes)
+    home = home_clique(clique_of, placed)
+    rest = None if gang.size is None else max(gang.size - len(placed), 0)
+    fit = _fit_terms(slots, rest)
+    out: dict[str, float] = {}
+    for name, clique in zip(candidates, cliques, strict=True):
+        if not clique:
+            out[name] = 0.0
+        elif home is None:
+            out[name] = fit[clique]
+        elif clique == home:
+            out[name] = SAME_CLIQUE if rest is None or slots[clique] >= rest else CROWDED_CLIQUE
+        else:
+            out[name] = OTHER_CLIQUE * fit[clique]
+    return out
+
+
+def _fit_terms(slots: Mapping[str, int], need: int | None) -> dict[str, float]:
+    """Best fit: the tightest clique that holds `need` members scores 1, looser ones down to
+    LOOSE_FIT, cliques that cannot hold them 0 (`need` None: LOOSE_FIT for all)."""
+    if need is None:
+        return dict.fromkeys(slots, LOOSE_FIT)
+    fitting = {c: s for c, s in slots.items() if s >= need}
+    if not fitting:
+        return dict.fromkeys(slots, 0.0)
+    tight, loose = min(fitting.values()), max(fitting.values())
+    out = dict.fromkeys(slots, 0.0)
+    for clique, count in fitting.items():
+        out[clique] = 1.0 if loose == tight else 1.0 - (1.0 - LOOSE_FIT) * (count - tight) / (loose - tight)
+    return out
+
+
+def combine(priority: int, clique_score: float, weight: float) -> int:
+    """A node's 0..10 priority from its topology priority and its clique term."""
+    return round((weight * 10.0 * clique_score + priority) / (weight + 1.0))
+
+
+def home_clique(clique_of: Mapping[str, str], placed_nodes: Iterable[str]) -> str | None:
+    """The clique holding most placed members (ties: the larger name), None if none placed."""
+    placed = Counter(clique_of[n] for n in placed_nodes if n in clique_of)
+    return max(placed, key=lambda c: (placed[c], c)) if placed else None
+
+
+def other_clique_reason(gang: Gang, home: str, clique: str | None) -> str:
+    """Filter reason for a node outside the gang's clique (with `filter_other_cliques`)."""
+    where = f"clique {clique}" if clique else "no NVLink clique"
+    return f"gang {gang.key} is placed in NVLink clique {home}; this node is in {where}"

@@ -1,0 +1,228 @@
+"""The dashboard's routes (see the package docstring for the list and the read-only rule)."""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+from extender import explaining
+from extender.claims import pod_ref
+from extender.placement import Placement
+from extender.server import WORKER_KEY
+from extender.ui import fleet
+from extender.ui.decisions import DecisionLog, recording_middleware
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+DECISIONS_KEY = web.AppKey("ui_decisions", DecisionLog)
+UI_PLACEMENT_KEY = web.AppKey("ui_placement", Placement)
+#: How long a dashboard read waits for the placement's worker thread (busy with verb work).
+_READ_TIMEOUT = 30.0
+#: Largest pod text the explain form accepts.
+MAX_EXPLAIN_BYTES = 1024 * 1024
+STATIC_FILES: dict[str, str] = {
+    "dashboard.js": "text/javascript",
+    "dashboard.css": "text/css",
+}
+#: What the page may load and talk to: this server only (no CDN, no inline script).
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+def add_dashboard(app: web.Application, placement: Placement, *, decisions: int = 50) -> DecisionLog:
+    """Serve the dashboard from `app` and record verb decisions; call before the app starts."""
+    log_ = DecisionLog(decisions)
+    app[DECISIONS_KEY] = log_
+    app[UI_PLACEMENT_KEY] = placement
+    async def score_terms(pod: Obj, names: list[str]) -> dict[str, Obj]:
+        return await app[WORKER_KEY].run(_terms, placement, pod, names, timeout=_READ_TIMEOUT)
+
+    app.middlewares.append(recording_middleware(log_, score_terms=score_terms))
+    app.router.add_get("/ui", _page, name="ui")
+    app.router.add_get("/ui/", _page)
+    app.router.add_get("/ui/static/{file}", _static, name="ui-static")
+    app.router.add_get("/ui/api/status", _status)
+    app.router.add_get("/ui/api/fleet", _fleet)
+    app.router.add_get("/ui/api/nodes/{name}", _node)
+    app.router.add_get("/ui/api/decisions", _decisions)
+    app.router.add_get("/ui/api/decisions/{seq}", _decision)
+    app.router.add_get("/ui/api/pending", _pending)
+    app.router.add_post("/ui/api/explain", _explain)
+    return log_
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")
+
+
+def _asset(name: str) -> bytes:
+    return importlib.resources.files("extender.ui").joinpath("static", name).read_bytes()
+
+
+async def _page(request: web.Request) -> web.Response:
+    response = web.Response(body=_asset("index.html"), content_type="text/html", charset="utf-8")
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    return response
+
+
+async def _static(request: web.Request) -> web.Response:
+    name = request.match_info["file"]
+    content_type = STATIC_FILES.get(name)
+    if content_type is None:
+        return _json({"error": f"no dashboard file {name!r}"}, 404)
+    return web.Response(body=_asset(name), content_type=content_type, charset="utf-8")
+
+
+async def _status(request: web.Request) -> web.Response:
+    placement = request.app[UI_PLACEMENT_KEY]
+    return _json(
+        {
+            "ready": placement.ready(),
+            "generation": list(placement.generation()),
+            "last_decision": request.app[DECISIONS_KEY].last_seq,
+        }
+    )
+
+
+def _not_ready() -> web.Response:
+    return _json({"error": "cluster state not ready"}, 503)
+
+
+async def _on_worker(request: web.Request, fn: Any, *args: Any) -> Any:
+    """Run a read of the placement on its worker thread, the only thread that may touch it."""
+    return await request.app[WORKER_KEY].run(fn, *args, timeout=_READ_TIMEOUT)
+
+
+def _fleet_view(placement: Placement) -> Obj | None:
+    if not placement.ready():
+        return None
+    index = placement.index()
+    _, free = placement.allocated_state()
+    body = fleet.summary(index, free)
+    body["generation"] = list(placement.generation())
+    return body
+
+
+def _node_view(placement: Placement, name: str) -> Obj | None:
+    index = placement.index()
+    _, free = placement.allocated_state()
+    held_by = fleet.holders(placement.state.list("ResourceClaim"), placement.assumed.active())
+    return fleet.node_detail(index, free, name, held_by=held_by, topology=placement.topology)
+
+
+async def _fleet(request: web.Request) -> web.Response:
+    body = await _on_worker(request, _fleet_view, request.app[UI_PLACEMENT_KEY])
+    return _not_ready() if body is None else _json(body)
+
+
+async def _node(request: web.Request) -> web.Response:
+    placement = request.app[UI_PLACEMENT_KEY]
+    if not placement.ready():
+        return _not_ready()
+    name = request.match_info["name"]
+    detail = await _on_worker(request, _node_view, placement, name)
+    if detail is None:
+        return _json({"error": f"no node {name!r} in the device index"}, 404)
+    return _json(detail)
+
+
+async def _decisions(request: web.Request) -> web.Response:
+    recent = request.app[DECISIONS_KEY].recent()
+    return _json({"decisions": [d.as_dict(detail=False) for d in recent]})
+
+
+async def _decision(request: web.Request) -> web.Response:
+    try:
+        seq = int(request.match_info["seq"])
+    except ValueError:
+        return _json({"error": "a decision number is an integer"}, 400)
+    decision = request.app[DECISIONS_KEY].get(seq)
+    if decision is None:
+        return _json({"error": f"decision {seq} is not among the last ones kept"}, 404)
+    return _json(decision.as_dict(detail=True))
+
+
+def _pending_pods(placement: Placement) -> list[Obj]:
+    pods = []
+    for pod in placement.state.list("Pod"):
+        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        if not spec.get("nodeName") and spec.get("resourceClaims"):
+            pods.append(pod)
+    return pods
+
+
+async def _pending(request: web.Request) -> web.Response:
+    pods = await _on_worker(request, _pending_pods, request.app[UI_PLACEMENT_KEY])
+    return _json({"pods": sorted(pod_ref(p) for p in pods)})
+
+
+async def _explain(request: web.Request) -> web.Response:
+    placement = request.app[UI_PLACEMENT_KEY]
+    if request.content_length is not None and request.content_length > MAX_EXPLAIN_BYTES:
+        return _json({"error": f"a pod to explain is at most {MAX_EXPLAIN_BYTES} bytes"}, 413)
+    text = (await request.content.read(MAX_EXPLAIN_BYTES + 1)).decode("utf-8", errors="replace")
+    if len(text) > MAX_EXPLAIN_BYTES:
+        return _json({"error": f"a pod to explain is at most {MAX_EXPLAIN_BYTES} bytes"}, 413)
+    if not placement.ready():
+        return _json({"error": "cluster state not ready"}, 503)
+    try:
+        pod, report = await _on_worker(request, _explain_text, placement, text)
+    except ValueError as exc:
+        return _json({"error": str(exc)}, 400)
+    return _json({"pod": pod_ref(pod), "report": report})
+
+
+def _explain_text(placement: Placement, text: str) -> tuple[Obj, str]:
+    """(the pod, what `dra-extender explain` prints for it); ValueError names what is wrong."""
+    pod = _pod_to_explain(placement, text)
+    try:
+        report = explaining.explain(
+            placement.state, pod, features=placement.features, topology=placement.topology
+        )
+    except Exception as exc:  # a pod the core cannot read: say so, never 500 a read-only form
+        log.info("dashboard explain of %s failed: %s", pod_ref(pod), exc)
+        raise ValueError(f"cannot explain this pod: {type(exc).__name__}: {exc}") from None
+    return pod, report
+
+
+def _pod_to_explain(placement: Placement, text: str) -> Obj:
+    try:
+        document = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML or JSON: {exc}") from None
+    if isinstance(document, dict) and set(document) == {"pending"}:
+        wanted = str(document["pending"])
+        for pod in _pending_pods(placement):
+            if pod_ref(pod) == wanted:
+                return pod
+        raise ValueError(f"no pending pod {wanted} in the cluster state")
+    if not isinstance(document, dict) or document.get("kind", "Pod") != "Pod":
+        raise ValueError("paste one Pod object (YAML or JSON)")
+    if not isinstance(document.get("metadata"), dict) or not isinstance(document.get("spec"), dict):
+        raise ValueError("a Pod needs metadata and spec objects")
+    return document
+
+
+def _terms(placement: Placement, pod: Obj, names: list[str]) -> dict[str, Obj]:
+    """Score terms of the nodes prioritize just ranked (from the cached evaluation)."""
+    evaluation = placement.evaluate(pod, names)
+    out: dict[str, Obj] = {}
+    for name in names:
+        score = evaluation.scores.get(name)
+        if score is not None:
+            out[name] = {
+                "score": round(score.score, 4),
+                "locality": round(score.locality, 4),
+                "fragmentation": round(score.fragmentation, 4),
+                "packing": round(score.packing, 4),
+            }
+    return out
