@@ -523,6 +523,7 @@ class Placement:
             status, _, parts, chosen = scoring.best_sets(
                 plan, index, positions, free, evaluation.relevant, self.topology
             )
+            parts = scoring.partition_parts(index, positions, chosen, free, parts)
         self.kernel_seconds_total += time.perf_counter() - started
         self.kernel_calls_total += 1
         preference = np.ones(len(names))
@@ -609,6 +610,7 @@ class Placement:
                 _, parts = scoring.score_sets(
                     index, positions, sets, np.array(claims_of_set or (0,)), free, relevant, self.topology
                 )
+                parts = scoring.partition_parts(index, positions, sets, free, parts)
             self.kernel_seconds_total += time.perf_counter() - started
             self.kernel_calls_total += 1
             preference = np.array([p for _, _, p in members])
