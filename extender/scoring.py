@@ -300,6 +300,63 @@ def group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.nd
     return group_free, group_used
 
 
+def single_partition_request(specs: list[ClaimSpec], index: DeviceIndex) -> RequestSpec | None:
+    """The request of a pod that asks for exactly one device (one claim, one plain ExactCount
+    request of count 1, no constraints), or None: for such a pod a partition that is free and whose
+    costs fit its group's free counters is a valid allocation on its own (`partition_choice`)."""
+    if len(specs) != 1 or len(specs[0].requests) != 1 or specs[0].constraints:
+        return None
+    request = specs[0].requests[0]
+    spec = request.exactly
+    if spec is None or request.first_available or spec.mode != EXACT_COUNT or spec.count != 1:
+        return None
+    if spec.admin_access or spec.capacity is not None or spec.class_name not in index.classes:
+        return None
+    if any(s.expression is None for s in spec.selectors):
+        return None
+    return spec
+
+
+def partition_choice(
+    index: DeviceIndex,
+    position: int,
+    spec: RequestSpec,
+    free: np.ndarray,
+    relevant: np.ndarray,
+    settings: TopologySettings,
+) -> int | None:
+    """The best-scoring partition row of node `position` for a one-device request, or None.
+
+    Candidates are the rows the request selects (tolerations applied, no CEL error) that are
+    free, consume counters and nothing else that needs upstream's search
+    (`Partitions.row_counters_only`), and whose costs fit their group's free counters: each one
+    alone is what upstream's search would accept. Each is scored as a set of one (the four terms
+    and the partition terms); ties go to the first in upstream's order. None when the node has no
+    such candidate.
+    """
+    groups = partitions(index)
+    lo, hi = int(index.node_start[position]), int(index.node_start[position + 1])
+    mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+    selected, _ = selected_rows(index, spec)
+    usable = selected[lo:hi] & free[lo:hi] & groups.row_counters_only[lo:hi] & ~mask.error[lo:hi]
+    rows = lo + np.flatnonzero(usable)
+    if not len(rows):
+        return None
+    group_free, _ = group_state(groups, free)
+    fits = np.all(
+        groups.row_cost[rows] <= group_free[groups.row_group[rows]] + kernels.PARTITION_EPSILON, axis=1
+    )
+    rows = rows[fits]
+    if not len(rows):
+        return None
+    nodes = np.full(len(rows), position, dtype=np.int64)
+    sets = rows.reshape(-1, 1).astype(np.int64)
+    _, parts = score_sets(index, nodes, sets, np.zeros(1, dtype=np.int64), free, relevant, settings)
+    parts = partition_parts(index, nodes, sets, free, parts)
+    final = combine(parts, np.ones(len(rows)), settings)
+    return int(rows[int(np.flatnonzero(final >= final.max() - kernels.TIE_EPSILON)[0])])
+
+
 def partition_parts(
     index: DeviceIndex, nodes: np.ndarray, sets: np.ndarray, free: np.ndarray, parts: np.ndarray
 ) -> np.ndarray:

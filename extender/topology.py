@@ -298,6 +298,10 @@ class Partitions:
     row_group: np.ndarray  # int64 [rows]: group id, -1 where the row is no partition
     row_cost: np.ndarray  # float64 [rows, C]: share of each of the group's counters the row consumes
     group_counters: np.ndarray  # int64 [G]: how many of the C cost columns the group uses
+    #: bool [rows]: the row consumes counters and nothing else sends it to upstream's search (no
+    #: binding conditions, shared allocation or per-device node selection): for such a row alone,
+    #: "free and its costs fit the group's free counters" is upstream's whole counter check
+    row_counters_only: np.ndarray
 
     @property
     def num_groups(self) -> int:
@@ -322,6 +326,7 @@ def partition_groups(
     """
     rows = len(row_device)
     row_group = np.full(rows, -1, dtype=np.int64)
+    counters_only = np.zeros(rows, dtype=bool)
     keys: dict[tuple[Any, ...], int] = {}
     columns: list[list[str]] = []
     shares: list[tuple[int, list[float]]] = []
@@ -332,7 +337,7 @@ def partition_groups(
         if not maybe:
             continue
         pool_of = {
-            id(d): pool
+            id(d): (pool, slice_)
             for pool in node_pools[n]
             if pool.counter_sets
             for slice_ in pool.slices
@@ -341,9 +346,15 @@ def partition_groups(
         named = {p for d in maybe if (p := model.parent_of(d)) is not None}
         for row in range(lo, hi):
             device = row_device[row]
-            pool = pool_of.get(id(device)) if device.consumes_counters else None
+            pool, slice_ = pool_of.get(id(device), (None, None)) if device.consumes_counters else (None, None)
             counters = pool.counter_sets.get(device.consumes_counters[0][0]) if pool is not None else None
-            if pool is not None and counters is not None:
+            if pool is not None and slice_ is not None and counters is not None:
+                counters_only[row] = not (
+                    device.binding_conditions
+                    or device.allow_multiple_allocations
+                    or slice_.per_device_node_selection
+                    or pool.has_binding_conditions
+                )
                 set_name, consumed = device.consumes_counters[0]
                 key: tuple[Any, ...] = (n, "counters", pool.id, set_name)
                 names = sorted(counters)
@@ -377,4 +388,4 @@ def partition_groups(
     for row, share in shares:
         row_cost[row, : len(share)] = share
     group_counters = np.array([len(c) for c in columns], dtype=np.int64)
-    return Partitions(row_group, row_cost, group_counters)
+    return Partitions(row_group, row_cost, group_counters, counters_only)

@@ -84,14 +84,14 @@ def test_static_mig_slices_group_by_parent_without_counters() -> None:
 
 
 def test_partly_used_parent_gpu_beats_a_fresh_one() -> None:
-    """Same free capacity on both nodes; on `partly` first-fit's 1g lands on the GPU already in use."""
+    """`partly` can put the 1g next to a running 1g; `fresh` only on an untouched GPU."""
     objects = [
         b.node("partly"),
         *b.a100_mig_slices("partly", 2),
         b.held("h1", "partly", [b.mig_name(0, "1g", 0)]),
         b.node("fresh"),
         *b.a100_mig_slices("fresh", 2),
-        b.held("h2", "fresh", [b.mig_name(1, "1g", 0)]),
+        b.held("h2", "fresh", ["gpu-1"]),  # GPU 1 runs as a whole GPU: only GPU 0 is left
         b.mig_claim("one", "1g"),
     ]
     pod = b.pod("p", ["one"])
@@ -100,6 +100,36 @@ def test_partly_used_parent_gpu_beats_a_fresh_one() -> None:
         assert ranked == {"partly": 10, "fresh": 0}
         assert evaluation.scores.get("partly").partition_packing == 1.0
         assert evaluation.scores.get("fresh").partition_packing == 0.0
+
+
+def test_within_a_node_the_slice_goes_to_the_partly_used_gpu_and_bind_writes_it() -> None:
+    """First-fit takes GPU 0's first 1g; the topology choice (verified by upstream's search) the
+    first 1g of GPU 1, which already runs one, that keeps GPU 1's 3g creatable."""
+    objects = [
+        b.node("n"),
+        *b.a100_mig_slices("n", 2),
+        b.held("h", "n", [b.mig_name(1, "1g", 0)]),
+        b.mig_claim("one", "1g"),
+    ]
+    placement, evaluation, _ = _ranked(objects, b.pod("p", ["one"]), ["n"])
+    score = evaluation.scores.get("n")
+    assert [placement.index().row_device[r].name for r in score.rows] == [b.mig_name(1, "1g", 1)]
+    assert (score.partition_packing, score.partition_headroom) == (1.0, 1.0)
+    written = placement.choose_allocations(evaluation, "n")
+    assert [r.device.name for a in written for r in a.devices] == [b.mig_name(1, "1g", 1)]
+    first_fit = placement._run_allocator(
+        evaluation.specs, placement.index(), "n", placement.allocated_state()[0], 1e18
+    )
+    assert [r.device.name for a in first_fit for r in a.devices] == [b.mig_name(0, "1g", 0)]
+
+
+def test_on_a_fresh_gpu_the_slice_keeps_the_4g_placement_free() -> None:
+    """A 1g at slice 0 (first-fit) breaks the A100's only 4g placement; one at slice 4 keeps it."""
+    objects = [b.node("n"), *b.a100_mig_slices("n", 1), b.mig_claim("one", "1g")]
+    placement, evaluation, _ = _ranked(objects, b.pod("p", ["one"]), ["n"])
+    score = evaluation.scores.get("n")
+    assert [placement.index().row_device[r].name for r in score.rows] == [b.mig_name(0, "1g", 4)]
+    assert score.partition_headroom == pytest.approx(((4 + 4 / 7) / 9) / 1.0)
 
 
 def test_choice_that_keeps_a_7g_creatable_beats_one_that_does_not() -> None:
@@ -118,7 +148,9 @@ def test_choice_that_keeps_a_7g_creatable_beats_one_that_does_not() -> None:
         assert ranked == {"fills": 10, "cuts": 0}
         fills, cuts = evaluation.scores.get("fills"), evaluation.scores.get("cuts")
         assert fills.partition_headroom == 1.0  # GPU 1 of `fills` still makes a 7g
-        assert cuts.partition_headroom == pytest.approx((4 + 3 / 7) / 9)  # only a 3g is left
+        # the best 3g on the fresh GPU (at slice 4, not first-fit's 0) still leaves only a 4g
+        assert cuts.partition_headroom == pytest.approx((4 + 4 / 7) / 9)
+        assert [placement.index().row_device[r].name for r in cuts.rows] == [b.mig_name(0, "3g", 4)]
         assert [placement.index().row_device[r].name for r in fills.rows] == [b.mig_name(0, "3g", 4)]
 
 
