@@ -584,24 +584,30 @@ class Placement:
         """Score upstream's first-fit allocation where the kernels do not choose the devices.
 
         A pod asking for one device may get a better partition (MIG slice) than first-fit's
-        (`scoring.partition_choice`): it is turned into the node's allocation by upstream's own
+        (`scoring.partition_choices`): it is turned into the node's allocation by upstream's own
         search over just that device, so what bind writes obeys upstream's rules; if that search
         rejects it, first-fit's allocation stays.
         """
         groups: dict[tuple[int, ...], list[tuple[str, list[int], float]]] = {}
         single = scoring.single_partition_request(evaluation.specs, index)
+        better: dict[str, int] = {}
+        if single is not None:
+            known = [name for name in names if name in index.node_pos]
+            positions = np.array([index.node_pos[name] for name in known], dtype=np.int64)
+            choices = scoring.partition_choices(index, positions, single, free, relevant, self.topology)
+            better = {name: int(row) for name, row in zip(known, choices.tolist(), strict=True) if row >= 0}
         for name in names:
             position = index.node_pos.get(name)
             allocations = self.allocations_on(evaluation, name)
             if allocations is None or position is None:
                 continue
-            if single is not None:
-                better = scoring.partition_choice(index, position, single, free, relevant, self.topology)
-                taken = {r.device.id for a in allocations for r in a.devices}
-                if better is not None and index.row_device[better].id not in taken:
-                    verified = self._allocate_one_device(evaluation, index, name, better)
-                    if verified is not None:
-                        evaluation.allocations[name] = allocations = verified
+            row = better.get(name)
+            if row is not None and index.row_device[row].id not in {
+                r.device.id for a in allocations for r in a.devices
+            }:
+                verified = self._allocate_one_device(evaluation, index, name, row)
+                if verified is not None:
+                    evaluation.allocations[name] = allocations = verified
             start, stop = index.node_start[position], index.node_start[position + 1]
             rows: list[int] = []
             claims: list[int] = []

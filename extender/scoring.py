@@ -303,7 +303,7 @@ def group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.nd
 def single_partition_request(specs: list[ClaimSpec], index: DeviceIndex) -> RequestSpec | None:
     """The request of a pod that asks for exactly one device (one claim, one plain ExactCount
     request of count 1, no constraints), or None: for such a pod a partition that is free and whose
-    costs fit its group's free counters is a valid allocation on its own (`partition_choice`)."""
+    costs fit its group's free counters is a valid allocation on its own (`partition_choices`)."""
     if len(specs) != 1 or len(specs[0].requests) != 1 or specs[0].constraints:
         return None
     request = specs[0].requests[0]
@@ -317,44 +317,53 @@ def single_partition_request(specs: list[ClaimSpec], index: DeviceIndex) -> Requ
     return spec
 
 
-def partition_choice(
+def partition_choices(
     index: DeviceIndex,
-    position: int,
+    positions: np.ndarray,
     spec: RequestSpec,
     free: np.ndarray,
     relevant: np.ndarray,
     settings: TopologySettings,
-) -> int | None:
-    """The best-scoring partition row of node `position` for a one-device request, or None.
+) -> np.ndarray:
+    """Per node position, the best-scoring partition row for a one-device request (-1: none).
 
     Candidates are the rows the request selects (tolerations applied, no CEL error) that are
     free, consume counters and nothing else that needs upstream's search
     (`Partitions.row_counters_only`), and whose costs fit their group's free counters: each one
     alone is what upstream's search would accept. Each is scored as a set of one (the four terms
-    and the partition terms); ties go to the first in upstream's order. None when the node has no
-    such candidate.
+    and the partition terms), all nodes in one kernel call; ties go to the first row in upstream's
+    order.
     """
+    positions = np.asarray(positions, dtype=np.int64)
+    out = np.full(len(positions), -1, dtype=np.int64)
     groups = partitions(index)
-    lo, hi = int(index.node_start[position]), int(index.node_start[position + 1])
+    if groups.num_groups == 0 or not len(positions):
+        return out
     mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
     selected, _ = selected_rows(index, spec)
-    usable = selected[lo:hi] & free[lo:hi] & groups.row_counters_only[lo:hi] & ~mask.error[lo:hi]
-    rows = lo + np.flatnonzero(usable)
+    usable = selected & free & groups.row_counters_only & ~mask.error
+    usable &= np.isin(index.row_node, positions)
+    rows = np.flatnonzero(usable)
     if not len(rows):
-        return None
+        return out
     group_free, _ = group_state(groups, free)
-    fits = np.all(
-        groups.row_cost[rows] <= group_free[groups.row_group[rows]] + kernels.PARTITION_EPSILON, axis=1
-    )
-    rows = rows[fits]
+    left = group_free[groups.row_group[rows]] + kernels.PARTITION_EPSILON
+    rows = rows[np.all(groups.row_cost[rows] <= left, axis=1)]
     if not len(rows):
-        return None
-    nodes = np.full(len(rows), position, dtype=np.int64)
+        return out
+    nodes = index.row_node[rows].astype(np.int64)
     sets = rows.reshape(-1, 1).astype(np.int64)
     _, parts = score_sets(index, nodes, sets, np.zeros(1, dtype=np.int64), free, relevant, settings)
     parts = partition_parts(index, nodes, sets, free, parts)
     final = combine(parts, np.ones(len(rows)), settings)
-    return int(rows[int(np.flatnonzero(final >= final.max() - kernels.TIE_EPSILON)[0])])
+    best = np.full(len(index.node_names), -np.inf)
+    np.maximum.at(best, nodes, final)
+    winners = final >= best[nodes] - kernels.TIE_EPSILON
+    # rows ascend, so the first winner of each node is the first in upstream's order
+    won_nodes, first = np.unique(nodes[winners], return_index=True)
+    chosen = np.full(len(index.node_names), -1, dtype=np.int64)
+    chosen[won_nodes] = rows[winners][first]
+    return chosen[positions]
 
 
 def partition_parts(
