@@ -8,10 +8,13 @@ the partition terms of upstream's choice on each node.
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import pytest
 
 from extender import scoring
+from extender.settings import load_settings
 from extender.topology import NO_COORD, TopologySettings
 from tests.topology import builders as b
 
@@ -191,3 +194,18 @@ def test_combine_weighs_partition_terms_only_where_they_apply() -> None:
     spread = TopologySettings(packing="spread", partition_packing_weight=2, partition_headroom_weight=2)
     got = scoring.combine(parts, np.ones(2), spread)
     assert got[0] == got[1]  # spread: partition terms (fragmentation of GPUs) do not rank nodes
+
+
+def test_partition_weights_are_settings(tmp_path) -> None:
+    """File and environment set the two weights; a negative weight is a clear error."""
+    config = tmp_path / "settings.yaml"
+    config.write_text("partitionPackingWeight: 3\npartitionHeadroomWeight: 0.5\n", encoding="utf-8")
+    flags = argparse.Namespace(config=config)
+    topology = load_settings(flags, {}).topology()
+    assert (topology.partition_packing_weight, topology.partition_headroom_weight) == (3.0, 0.5)
+    topology = load_settings(flags, {"DRA_EXTENDER_PARTITION_HEADROOM_WEIGHT": "7"}).topology()
+    assert topology.partition_headroom_weight == 7.0
+    with pytest.raises(ValueError, match="PARTITION_PACKING_WEIGHT: '-1' is not a weight"):
+        load_settings(argparse.Namespace(config=None), {"DRA_EXTENDER_PARTITION_PACKING_WEIGHT": "-1"})
+    with pytest.raises(ValueError, match="weights must be finite"):
+        TopologySettings(partition_headroom_weight=float("nan"))
