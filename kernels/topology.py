@@ -34,6 +34,15 @@ Score of a set S (every term in [0, 1], higher is better):
   node, `used_after = (T - F) + |S ∩ relevant|`, F the free relevant rows; 0.5 when T is 0;
 - score: `(w0 * locality + w1 * fragmentation + w2 * packing) / (w0 + w1 + w2)`, 0 if the sum is 0.
 
+Partition terms (`partition_terms` / `partition_terms_reference`, a third kernel-twin pair): for a
+given set per node, over the rows' parent groups (one physical GPU: rows sharing a counter set, or
+naming one parent) with per-row counter shares and per-group free shares, (1) partition packing
+`1 - opened / taken` (groups with nothing allocated that the set cuts into, per partition row taken)
+and (2) partition headroom, the mean over touched groups with counters of `largest_after /
+largest_before`, the largest size (mean counter share) of a free row of the group still fitting
+the free counters after and before the set. NaN for both when the set takes no partition. Per set
+O(K * rows of the node * counters); `partition_terms` documents the details.
+
 Search per node (`best_sets`): depth-first over requests in order, each request's rows enumerated as
 combinations of its unused candidates in ascending order, hard constraints checked as each row is
 added. A node where some request has fewer candidates than it needs, or the requests together have

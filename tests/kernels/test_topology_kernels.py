@@ -6,6 +6,9 @@ and corner inputs, under every budget path (EXACT, NONE, BOUNDED, UNKNOWN). An i
 enumerates every valid assignment with itertools: EXACT must reach its best score with a valid set,
 NONE must mean it finds none. Hand-built nodes check that the score prefers what it should (one NVLink
 island, GPU and NIC on one PCIe root, binpack versus spread, filling a half-used island).
+`partition_terms` must equal `partition_terms_reference` exactly on seeded random groups, and on
+hand-built A100s (every MIG placement on 8 memory-slice and 7 compute-slice counters) prefer a GPU
+already in use and a choice that keeps the larger profiles creatable.
 """
 
 from __future__ import annotations
