@@ -15,7 +15,7 @@ import pytest
 
 from extender import scoring
 from extender.settings import load_settings
-from extender.topology import NO_COORD, TopologySettings
+from extender.topology import NO_COORD, UNFITTABLE_SHARE, TopologySettings
 from tests.topology import builders as b
 
 ONLY_PACKING = TopologySettings(
@@ -209,3 +209,16 @@ def test_partition_weights_are_settings(tmp_path) -> None:
         load_settings(argparse.Namespace(config=None), {"DRA_EXTENDER_PARTITION_PACKING_WEIGHT": "-1"})
     with pytest.raises(ValueError, match="weights must be finite"):
         TopologySettings(partition_headroom_weight=float("nan"))
+
+
+def test_a_counter_of_value_zero_makes_its_consumers_unfittable() -> None:
+    """A device consuming a counter whose value is 0 never fits (upstream's check says the same)."""
+    slices = b.a100_mig_slices("n", 1)
+    slices[0]["spec"]["sharedCounters"][0]["counters"]["gpcs"] = {"value": "0"}
+    placement = b.placement([*b.mig_classes(), b.node("n"), *slices])
+    groups = scoring.partitions(placement.index())
+    row = _row(placement, "n", b.mig_name(0, "1g", 2))
+    assert UNFITTABLE_SHARE in groups.row_cost[row].tolist()
+    pod = b.pod("p", ["one"])
+    placement.state.upsert(b.mig_claim("one", "1g"))
+    assert placement.filter(pod, ["n"]).passed == []
