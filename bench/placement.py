@@ -812,7 +812,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         nargs=2,
         metavar=("PACKING", "HEADROOM"),
-        help="partition packing and headroom weights of the topology policy (default: the service's, 2 2)",
+        help="partition packing and headroom weights of the topology policy (default: the service's, 4 4)",
     )
     parser.add_argument("--markdown", type=Path, help="write the results block into this Markdown file")
     parser.add_argument("--plot", type=Path, help="write the bar chart (PNG) here")

@@ -142,10 +142,10 @@ class Settings:
     cross_claim_weight: float = 1.0
     """Weight of device pairs from different claims of one pod (e.g. GPU to NIC) in locality."""
 
-    partition_packing_weight: float = 2.0
+    partition_packing_weight: float = 4.0
     """Weight of partition packing (MIG slices from parent GPUs already partly used), binpack only."""
 
-    partition_headroom_weight: float = 2.0
+    partition_headroom_weight: float = 4.0
     """Weight of partition headroom (largest MIG profile each touched GPU can still create), binpack only."""
 
     level_distances: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 6.0)

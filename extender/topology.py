@@ -103,8 +103,8 @@ class TopologySettings:
     packing_weight: float = 1.0
     preference_weight: float = 1.0
     cross_claim_weight: float = 1.0
-    partition_packing_weight: float = 2.0
-    partition_headroom_weight: float = 2.0
+    partition_packing_weight: float = 4.0
+    partition_headroom_weight: float = 4.0
     packing: str = "binpack"
     max_work: int = 4096
 
