@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 
 from extender import scoring
+from extender.allocator.features import Features
+from extender.cluster.state import ClusterState
+from extender.explaining import explain
 from extender.settings import load_settings
 from extender.topology import NO_COORD, UNFITTABLE_SHARE, TopologySettings
 from tests.topology import builders as b
@@ -222,3 +225,20 @@ def test_a_counter_of_value_zero_makes_its_consumers_unfittable() -> None:
     pod = b.pod("p", ["one"])
     placement.state.upsert(b.mig_claim("one", "1g"))
     assert placement.filter(pod, ["n"]).passed == []
+
+
+def test_explain_prints_the_partition_terms_only_for_partitions() -> None:
+    objects = [*b.device_classes(), *b.mig_classes(), b.node("n"), *b.a100_mig_slices("n", 1)]
+    state = ClusterState.from_objects([*objects, b.mig_claim("one", "1g")])
+    text = explain(state, b.pod("p", ["one"]), features=Features())
+    assert "partition packing 0.000, partition headroom 0.508 (device choice: first-fit)" in text
+    assert f"mig={'gpu.nvidia.com/n-gpu.nvidia.com/' + b.mig_name(0, '1g', 4)}" in text
+    plain = [
+        b.node("m"),
+        b.slice_("m", "gpu.nvidia.com", [b.gpu("gpu-0")]),
+        b.claim("c", [("gpu", b.GPU_CLASS, 1)]),
+    ]
+    text = explain(
+        ClusterState.from_objects([*b.device_classes(), *plain]), b.pod("q", ["c"]), features=Features()
+    )
+    assert "partition" not in text
