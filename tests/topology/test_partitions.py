@@ -242,3 +242,19 @@ def test_explain_prints_the_partition_terms_only_for_partitions() -> None:
         ClusterState.from_objects([*b.device_classes(), *plain]), b.pod("q", ["c"]), features=Features()
     )
     assert "partition" not in text
+
+
+def test_a_choice_upstream_rejects_leaves_first_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the partition choice were wrong (here: a 1g overlapping a running 4g), upstream's search
+    over that device alone fails and the node keeps first-fit's allocation."""
+    objects = [b.node("n"), *b.a100_mig_slices("n", 1), b.held("h", "n", [b.mig_name(0, "4g", 0)])]
+    placement = b.placement([*b.mig_classes(), *objects, b.mig_claim("one", "1g")])
+    wrong = _row(placement, "n", b.mig_name(0, "1g", 0))
+    monkeypatch.setattr(scoring, "partition_choices", lambda *args: np.array([wrong]))
+    pod = b.pod("p", ["one"])
+    assert placement.filter(pod, ["n"]).passed == ["n"]
+    evaluation = placement.evaluate(pod, ["n"])
+    score = placement.scores(evaluation, ["n"]).get("n")
+    assert [placement.index().row_device[r].name for r in score.rows] == [b.mig_name(0, "1g", 4)]
+    written = placement.choose_allocations(evaluation, "n")
+    assert [r.device.name for a in written for r in a.devices] == [b.mig_name(0, "1g", 4)]
