@@ -5,9 +5,10 @@ Scope: replays one seeded trace of job arrivals and departures on a generated cl
 how good the placements were. It measures placement quality, not latency under load
 (`bench.filter_bench` does that) and not the HTTP layer.
 
-- Trace: at every step each device family (NVIDIA GPU, MIG, Gaudi, AMD) gets Poisson arrivals at
+- Trace: at every step each device family (NVIDIA GPU, A100, Gaudi, AMD) gets Poisson arrivals at
   the rate that offers `load` times its capacity for jobs of `mean_lifetime` steps (`SHAPES`
-  gives the mix: 1/2/4/8 GPUs, GPU+NIC in one or two claims, MIG slices, Gaudi, AMD). A job's
+  gives the mix: 1/2/4/8 GPUs, GPU+NIC in one or two claims, Gaudi, AMD, and on the DynamicMIG
+  A100s MIG profiles 1g-7g and whole A100s; the A100 family counts compute slices). A job's
   lifetime is drawn at arrival, so both policies see the same trace; a job that cannot be
   placed is dropped.
 - A job is a Pod with 1-2 ResourceClaims (`resourceClaimName`), created in the ClusterState
@@ -24,12 +25,15 @@ how good the placements were. It measures placement quality, not latency under l
   passed node has one group of free devices sharing that level's coordinate that holds every
   request of the claim); (2) GPU-NIC jobs whose NIC shares a PCIe root with one of the job's
   GPUs; (3) jobs not placed; (4) after the trace, how many 8-GPU single-claim jobs can still be
-  placed one after another with the same policy (fragmentation); also mean pairwise locality
+  placed one after another with the same policy (fragmentation); (5) A100 jobs not placed, and at
+  every measured step the A100s wholly free (for whole-GPU jobs) and the largest MIG profile each
+  A100 can still create (from the counters allocated devices hold); also mean pairwise locality
   of multi-device claims and the time per decision (filter + node and device choice).
 
 CLI: `python -m bench.placement --nodes 64 --steps 400 --seeds 1 2 3 [--markdown docs/placement.md]
 [--plot docs/placement.png]` prints the table, the machine and the command; `--topology-weights L F P`
-tries other scoring weights, `--probe-every N` sets the 8-GPU probe checkpoints (see `--help`).
+tries other scoring weights, `--partition-weights P H` the partition terms', `--probe-every N` sets the
+8-GPU probe checkpoints (see `--help`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from bench import topology_cluster as tc
+from extender import scoring
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID
 from extender.assumed import AssumeCache
@@ -56,6 +61,7 @@ from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.placement import Placement
 from extender.topology import LEVELS, NO_COORD, NODE_LEVEL, TopologySettings
+from kernels import topology as kernels
 
 Obj = dict[str, Any]
 
@@ -75,12 +81,17 @@ class JobShape:
     """One kind of job: its claims, the family whose capacity sets its rate, its weight there."""
 
     name: str
-    family: str  # device class whose capacity drives the arrival rate
+    family: str  # device class (or `tc.A100_FAMILY`) whose capacity drives the arrival rate
     weight: float  # relative to the other shapes of the family
     claims: tuple[tuple[Request, ...], ...]
+    units: float = 0.0  # capacity units of the family the job takes (0: its devices of the family)
 
     def devices(self, device_class: str) -> int:
         return sum(n for claim in self.claims for _, c, n in claim if c == device_class)
+
+    def size(self) -> float:
+        """What the job takes of its family's capacity (A100 jobs: compute slices)."""
+        return self.units or float(self.devices(self.family))
 
 
 def _one(name: str, family: str, weight: float, count: int, request: str = "devices") -> JobShape:
@@ -96,9 +107,19 @@ SHAPES: tuple[JobShape, ...] = (
     JobShape(
         "gpu-2+nic-2claims", tc.GPU_CLASS, 8, ((("gpus", tc.GPU_CLASS, 2),), (("nic", tc.NIC_CLASS, 1),))
     ),
-    _one("mig-1", tc.MIG_CLASS, 60, 1, "slice"),
-    _one("mig-2", tc.MIG_CLASS, 30, 2, "slices"),
-    _one("mig-4", tc.MIG_CLASS, 10, 4, "slices"),
+    *(
+        JobShape(name, tc.A100_FAMILY, weight, (((request, cls, count),),), units)
+        for name, weight, request, cls, count, units in (
+            ("mig-1g", 30, "slice", tc.mig_class("1g.10gb"), 1, 1),
+            ("mig-1g-x2", 10, "slices", tc.mig_class("1g.10gb"), 2, 2),
+            ("mig-2g", 14, "slice", tc.mig_class("2g.20gb"), 1, 2),
+            ("mig-3g", 10, "slice", tc.mig_class("3g.40gb"), 1, 3),
+            ("mig-4g", 6, "slice", tc.mig_class("4g.40gb"), 1, 4),
+            ("mig-7g", 4, "slice", tc.mig_class("7g.80gb"), 1, 7),
+            ("a100-1", 12, "gpus", tc.A100_CLASS, 1, 7),
+            ("a100-2", 4, "gpus", tc.A100_CLASS, 2, 14),
+        )
+    ),
     _one("gaudi-1", tc.GAUDI_CLASS, 30, 1),
     _one("gaudi-2", tc.GAUDI_CLASS, 40, 2),
     _one("gaudi-4", tc.GAUDI_CLASS, 30, 4),
@@ -152,6 +173,9 @@ class PolicyRun:
     placeable_8gpu: int
     placeable_8gpu_checkpoints: list[int]  # the probe every `probe_every` measured steps
     gpu_utilization: float  # mean share of NVIDIA GPUs in use over the measured steps
+    a100_whole_free: float  # mean over measured steps of A100s with nothing allocated
+    a100_largest: float  # mean over steps and A100s of the largest MIG profile creatable (g)
+    a100_count: int
     kernel_fallbacks: int  # placement warnings: kernel choice rejected or no set found
     state: ClusterState
     placement: Placement
@@ -168,7 +192,7 @@ def make_trace(
     rates: dict[str, float] = {}
     for family, shapes in families.items():
         weights = np.array([s.weight for s in shapes])
-        mean_size = float(weights @ np.array([s.devices(family) for s in shapes]) / weights.sum())
+        mean_size = float(weights @ np.array([s.size() for s in shapes]) / weights.sum())
         rates[family] = load * cluster.capacity.get(family, 0) / (mean_size * mean_lifetime)
     jobs: list[Job] = []
     for step in range(steps):
@@ -260,10 +284,14 @@ def best_tier(placement: Placement, passed: list[str], requests: Sequence[Reques
 
     A group is the devices of one node sharing that level's coordinate; it holds the claim when
     every request finds its count among the group's free devices of its class (the classes of
-    `SHAPES` never overlap, so per-request counts plus the total suffice).
+    `SHAPES` never overlap, so per-request counts plus the total suffice). A device consuming
+    shared counters counts as free when its own consumption fits what is left (a necessary
+    condition: two such devices that fit alone may not fit together, so for multi-slice MIG
+    claims the best tier may be optimistic, never pessimistic).
     """
     index = placement.index()
     _, free = placement.allocated_state()
+    free = free & counters_fit(placement)
     on_passed = np.isin(index.row_node, [index.node_pos[n] for n in passed])
     masks = [(index.mask(c, ()).match & free & on_passed, n) for _, c, n in requests]
     union = np.logical_or.reduce([m for m, _ in masks])
@@ -282,6 +310,44 @@ def best_tier(placement: Placement, passed: list[str], requests: Sequence[Reques
         if fits.any():
             return level
     return NODE_LEVEL
+
+
+def counters_fit(placement: Placement) -> np.ndarray:
+    """Per row: False where the device consumes shared counters and its consumption does not fit."""
+    index = placement.index()
+    _, free = placement.allocated_state()
+    groups = scoring.partitions(index)
+    out = np.ones(index.num_rows, dtype=bool)
+    rows = np.flatnonzero(groups.row_group >= 0)
+    if len(rows):
+        group_free, _ = scoring.group_state(groups, free)
+        left = group_free[groups.row_group[rows]]
+        out[rows] = np.all(groups.row_cost[rows] <= left + 1e-9, axis=1)
+    return out
+
+
+def a100_state(placement: Placement) -> tuple[int, float, int]:
+    """(A100s wholly free, mean over A100s of the largest MIG profile still creatable in compute
+    slices (7 for a free GPU, 0 for a full one), A100s): from the counters allocated devices hold."""
+    index = placement.index()
+    _, free = placement.allocated_state()
+    groups = scoring.partitions(index)
+    counted = groups.group_counters > 0
+    if not counted.any():
+        return 0, 0.0, 0
+    group_free, _ = scoring.group_state(groups, free)
+    whole = int(np.all(group_free[counted] >= 1.0 - 1e-9, axis=1).sum())
+    rows = np.flatnonzero((groups.row_group >= 0) & free & counters_fit(placement))
+    compute = np.array([_mig_compute(index.row_device[r]) for r in rows], dtype=float)
+    largest = np.zeros(groups.num_groups)
+    np.maximum.at(largest, groups.row_group[rows], compute)
+    return whole, float(largest[counted].mean()), int(counted.sum())
+
+
+def _mig_compute(device: Any) -> int:
+    """Compute slices of a MIG device's profile (0 for a whole GPU: not a MIG profile)."""
+    profile = (device.attributes.get("profile") or {}).get("string")
+    return tc.MIG_PROFILES[profile][0] if profile in tc.MIG_PROFILES else 0
 
 
 # ----------------------------------------------------------------------------- simulation
@@ -399,6 +465,9 @@ def simulate(
         departures: dict[int, list[JobRecord]] = defaultdict(list)
         records: list[JobRecord] = []
         gpus_in_use, utilization, probes = 0, [], []
+        whole_free: list[int] = []
+        largest: list[float] = []
+        a100s = 0
         for step in range(steps):
             for record in departures.pop(step, []):
                 release(state, record.job)
@@ -412,6 +481,9 @@ def simulate(
                     records.append(record)
             if step >= warmup:
                 utilization.append(gpus_in_use / max(1, cluster.capacity[tc.GPU_CLASS]))
+                free_gpus, mean_largest, a100s = a100_state(placement)
+                whole_free.append(free_gpus)
+                largest.append(mean_largest)
                 if probe_every > 0 and (step - warmup + 1) % probe_every == 0:
                     probes.append(probe_8gpu(placement, cluster.node_names, policy))
         live = [r for pending in departures.values() for r in pending]
@@ -427,6 +499,9 @@ def simulate(
         placeable_8gpu=placeable,
         placeable_8gpu_checkpoints=probes,
         gpu_utilization=float(np.mean(utilization)) if utilization else 0.0,
+        a100_whole_free=float(np.mean(whole_free)) if whole_free else 0.0,
+        a100_largest=float(np.mean(largest)) if largest else 0.0,
+        a100_count=a100s,
         kernel_fallbacks=warnings.count,
         state=state,
         placement=placement,
@@ -447,16 +522,32 @@ def probe_8gpu(placement: Placement, nodes: list[str], policy: str) -> int:
 
 
 # ----------------------------------------------------------------------------- metrics
-#: (key, label, unit, decimals); the first four are the quality metrics the plot shows.
+#: (key, label, unit, decimals); `PLOTTED` are the quality metrics the plot shows.
 METRICS: tuple[tuple[str, str, str, int], ...] = (
     ("best_tier_share", "multi-device claims at best tier", " %", 1),
     ("gpu_nic_share", "GPU-NIC jobs on one PCIe root", " %", 1),
     ("unplaced", "jobs not placed", "", 1),
     ("placeable_8gpu", "8-GPU jobs placeable at end", "", 1),
     ("placeable_8gpu_mean", "8-GPU jobs placeable (checkpoint mean)", "", 1),
+    ("a100_unplaced", "A100 jobs not placed (MIG + whole)", "", 1),
+    ("a100_whole_free", "whole A100s free (step mean)", "", 2),
+    ("a100_largest", "largest MIG profile creatable per A100 (g, step mean)", "", 2),
     ("mean_locality", "mean locality (multi-device claims)", "", 3),
     ("decision_ms", "ms per decision (mean)", "", 2),
 )
+
+
+PLOTTED: tuple[str, ...] = (
+    "best_tier_share",
+    "gpu_nic_share",
+    "unplaced",
+    "placeable_8gpu",
+    "a100_unplaced",
+    "a100_whole_free",
+    "a100_largest",
+)
+#: Metrics where a lower value is better (the plot says which way).
+LOWER_IS_BETTER: frozenset[str] = frozenset({"unplaced", "a100_unplaced"})
 
 
 def metrics(run: PolicyRun) -> dict[str, float]:
@@ -476,6 +567,16 @@ def metrics(run: PolicyRun) -> dict[str, float]:
         "gpu_nic_jobs": len(gpu_nic),
         "gpu_nic_share": 100.0 * sum(gpu_nic) / max(1, len(gpu_nic)),
         "placeable_8gpu": run.placeable_8gpu,
+        "a100_unplaced": sum(r.node is None for r in run.records if r.job.shape.family == tc.A100_FAMILY),
+        "a100_mig_unplaced": sum(
+            r.node is None
+            for r in run.records
+            if r.job.shape.devices(tc.A100_CLASS) == 0 and r.job.shape.family == tc.A100_FAMILY
+        ),
+        "a100_whole_unplaced": sum(r.node is None for r in run.records if r.job.shape.devices(tc.A100_CLASS)),
+        "a100_whole_free": run.a100_whole_free,
+        "a100_largest": run.a100_largest,
+        "a100_count": run.a100_count,
         "placeable_8gpu_mean": float(np.mean(run.placeable_8gpu_checkpoints or [run.placeable_8gpu])),
         "mean_locality": float(np.mean([c.locality for c in multi])) if multi else 1.0,
         "decision_ms": 1000.0 * float(np.mean(seconds)),
@@ -528,11 +629,15 @@ def results_table(summary: dict[str, dict[str, tuple[float, float]]], seeds: int
 
 
 def seed_table(all_metrics: dict[str, list[dict[str, float]]], seeds: list[int]) -> str:
-    """The four quality metrics per seed and policy."""
-    lines = ["| seed | policy | " + " | ".join(m[1] for m in METRICS[:5]) + " |", "|---|---|" + "---:|" * 5]
+    """The quality metrics (all but locality and time) per seed and policy."""
+    shown = [m for m in METRICS if m[0] not in ("mean_locality", "decision_ms")]
+    lines = [
+        "| seed | policy | " + " | ".join(m[1] for m in shown) + " |",
+        "|---|---|" + "---:|" * len(shown),
+    ]
     for i, seed in enumerate(seeds):
         for policy, per_seed in all_metrics.items():
-            cells = [f"{per_seed[i][k]:.{d}f}{u}" for k, _, u, d in METRICS[:5]]
+            cells = [f"{per_seed[i][k]:.{d}f}{u}" for k, _, u, d in shown]
             lines.append(f"| {seed} | {policy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -552,16 +657,22 @@ def shape_table(shapes: dict[str, dict[str, tuple[int, int, int]]]) -> str:
 
 
 def plot(all_metrics: dict[str, list[dict[str, float]]], path: Path, title: str) -> None:
-    """Bar chart of the four quality metrics per policy: mean over seeds, dots for each seed."""
+    """Bar chart of the `PLOTTED` quality metrics per policy: mean over seeds, dots for each seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 4, figsize=(14, 3.9))
+    shown = [m for m in METRICS if m[0] in PLOTTED]
+    columns = 4
+    rows = (len(shown) + columns - 1) // columns
+    figure, grid = plt.subplots(rows, columns, figsize=(14, 3.9 * rows), squeeze=False)
+    axes = grid.ravel()
+    for axis in axes[len(shown) :]:
+        axis.set_visible(False)
     policies = list(all_metrics)
     colors = ["#9e9e9e", "#1f77b4", "#ff7f0e"]
-    for axis, (key, label, unit, decimals) in zip(axes, METRICS[:4], strict=True):
+    for axis, (key, label, unit, decimals) in zip(axes, shown, strict=False):
         per_seed = [[m[key] for m in all_metrics[p]] for p in policies]
         means = [float(np.mean(v)) for v in per_seed]
         bars = axis.bar(policies, means, color=colors[: len(policies)], width=0.6)
@@ -570,7 +681,7 @@ def plot(all_metrics: dict[str, list[dict[str, float]]], path: Path, title: str)
         axis.bar_label(bars, labels=[f"{m:.{decimals}f}{unit}" for m in means], padding=3, fontsize=8)
         top = max(max(v) for v in per_seed)
         axis.set_ylim(0, 105 if unit else max(1.0, top) * 1.2)
-        better = "lower is better" if key == "unplaced" else "higher is better"
+        better = "lower is better" if key in LOWER_IS_BETTER else "higher is better"
         axis.set_title(f"{label}\n({better})", fontsize=9)
         axis.tick_params(labelsize=8)
     figure.suptitle(title, fontsize=10)
@@ -623,6 +734,16 @@ def report(
         default.packing_weight,
     )
     weights = " ".join(f"{w:g}" for w in settings)
+    partition = args.partition_weights or (
+        default.partition_packing_weight,
+        default.partition_headroom_weight,
+    )
+    weights += "; partition packing, headroom " + " ".join(f"{w:g}" for w in partition)
+    a100 = "; ".join(
+        f"**{p}**: A100 MIG jobs not placed {summary[p]['a100_mig_unplaced'][0]:.1f}, "
+        f"whole-A100 jobs not placed {summary[p]['a100_whole_unplaced'][0]:.1f}"
+        for p in POLICIES
+    )
     return "\n".join(
         [
             f"Command: `{command}` ({elapsed:.0f} s wall in all).",
@@ -645,6 +766,8 @@ def report(
             f"(logged warnings) {topology['kernel_fallbacks'][0]:.0f}; filter errors "
             + ", ".join(f"{p} {summary[p]['filter_errors'][0]:.0f}" for p in POLICIES)
             + ".",
+            "",
+            f"A100s ({summary[TOPOLOGY]['a100_count'][0]:.0f} per cluster, DynamicMIG): {a100}.",
             "",
             "Per seed:",
             "",
@@ -682,7 +805,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         nargs=3,
         metavar=("LOCALITY", "FRAGMENTATION", "PACKING"),
-        help="scoring weights of the topology policy (default: the service's, 4 2 1)",
+        help="scoring weights of the topology policy (default: the service's, 4 4 1)",
+    )
+    parser.add_argument(
+        "--partition-weights",
+        type=float,
+        nargs=2,
+        metavar=("PACKING", "HEADROOM"),
+        help="partition packing and headroom weights of the topology policy (default: the service's, 4 4)",
     )
     parser.add_argument("--markdown", type=Path, help="write the results block into this Markdown file")
     parser.add_argument("--plot", type=Path, help="write the bar chart (PNG) here")
@@ -692,16 +822,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("need --nodes >= 1, --steps >= 1 and 0 <= --warmup < --steps")
     if args.load <= 0 or args.lifetime < 1 or args.probe_every < 0:
         parser.error("need --load > 0, --lifetime >= 1 and --probe-every >= 0")
-    topology = TopologySettings()
-    if args.topology_weights:
-        locality, fragmentation, packing = args.topology_weights
-        try:
-            topology = TopologySettings(
-                locality_weight=locality, fragmentation_weight=fragmentation, packing_weight=packing
-            )
-        except ValueError as exc:
-            parser.error(str(exc))
+    default = TopologySettings()
+    locality, fragmentation, packing = args.topology_weights or (
+        default.locality_weight,
+        default.fragmentation_weight,
+        default.packing_weight,
+    )
+    partition_packing, headroom = args.partition_weights or (
+        default.partition_packing_weight,
+        default.partition_headroom_weight,
+    )
+    try:
+        topology = TopologySettings(
+            locality_weight=locality,
+            fragmentation_weight=fragmentation,
+            packing_weight=packing,
+            partition_packing_weight=partition_packing,
+            partition_headroom_weight=headroom,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(level=logging.ERROR)
+    kernels.set_threads(1)  # the service's default `kernel_threads`: no thread pool per kernel call
     started = time.perf_counter()
     all_metrics: dict[str, list[dict[str, float]]] = {p: [] for p in POLICIES}
     runs: list[PolicyRun] = []

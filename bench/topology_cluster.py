@@ -12,14 +12,19 @@ type:
 | `gpu8-islands` | 8 NVIDIA GPUs, 4 RDMA NICs | 2 islands of 4 (`nvlinkDomain`) | 2 GPUs, 1 NIC | island |
 | `gpu8-nvswitch` | 8 NVIDIA GPUs, 4 RDMA NICs | 1 NVSwitch domain | 2 GPUs, 1 NIC | half |
 | `gpu4-pcie` | 4 NVIDIA GPUs, 2 RDMA NICs | none (no attribute) | 2 GPUs, 1 NIC | 1 node |
-| `a100-mig` | 4 A100 x 7 fixed `1g.10gb` MIG | parent GPU (`parentUUID`) | 2 GPUs | half |
+| `a100-mig` | 4 A100 80GB, DynamicMIG (whole or 1g-7g MIG) | parent GPU (`parentUUID`) | 2 GPUs | half |
 | `gaudi2` | 8 Gaudi2 | 1 RoCE domain (`roceDomain`) | 2 | half |
 | `mi210` | 8 AMD MI210 | 2 xGMI hives of 4 (`xgmiHive`) | 2 | half |
 
-MIG devices are published as fixed devices (statically partitioned GPUs), not as partitionable
-devices with shared counters: counters send a node through upstream's search and the topology
-kernels then score first-fit's choice (extender/scoring.py), which would hide what topology
-choice does for multi-slice claims.
+The A100 nodes are partitionable (DynamicMIG, dra.md §6.2 and §3.6): per GPU one counter set
+(`memorySlice0..7` of 1 each, `gpcs` of 7) in a slice of its own, and a device slice holding every
+whole GPU (`a100.nvidia.com`, consuming all of its counters) and every MIG placement of the A100
+80GB (`1g.10gb` at slices 0-6, `2g.20gb` at 0/2/4, `3g.40gb` at 0/4, `4g.40gb` and `7g.80gb` at 0),
+each consuming its memory slices and compute slices. Overlapping placements and GPU-versus-MIG
+conflicts are left to upstream's counter check. Only the whole GPUs publish `pcieRoot` and NUMA
+(as the NVIDIA driver's MIG devices do not); the slices inherit them through `parentUUID`. Jobs
+ask for a profile through its device class (`mig-1g.nvidia.com` ...). The family's capacity is
+counted in compute slices (`A100_FAMILY`, 7 per GPU).
 
 Node counts per type follow `NODE_TYPES` weights (largest remainder, every type at least once
 when there are enough nodes), so the capacity depends on the node count only; the seed shuffles
@@ -49,6 +54,25 @@ NIC_DRIVER = "dra.net"
 
 GPU_CLASS = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"
+A100_CLASS = "a100.nvidia.com"
+#: The A100 family's capacity unit: compute slices (7 per GPU), what a MIG profile's "Ng" counts.
+A100_FAMILY = "a100-compute-slices"
+A100_PRODUCT = "NVIDIA A100-SXM4-80GB"
+#: A100 80GB MIG profiles: name -> (compute slices, memory slices, first memory slice of each placement).
+MIG_PROFILES: dict[str, tuple[int, int, tuple[int, ...]]] = {
+    "1g.10gb": (1, 1, (0, 1, 2, 3, 4, 5, 6)),
+    "2g.20gb": (2, 2, (0, 2, 4)),
+    "3g.40gb": (3, 4, (0, 4)),
+    "4g.40gb": (4, 4, (0,)),
+    "7g.80gb": (7, 8, (0,)),
+}
+
+
+def mig_class(profile: str) -> str:
+    """The device class of one MIG profile, e.g. `mig-1g.nvidia.com`."""
+    return f"mig-{profile.split('.')[0]}.nvidia.com"
+
+
 NIC_CLASS = "rdma.dra.net"
 GAUDI_CLASS = "gaudi.intel.com"
 AMD_CLASS = "gpu.amd.com"
@@ -57,8 +81,25 @@ AMD_CLASS = "gpu.amd.com"
 NODE_TYPE_LABEL = "sim.dra-extender.io/node-type"
 
 _CLASS_SELECTORS: dict[str, tuple[str, ...]] = {
-    GPU_CLASS: (f'device.driver == "{NVIDIA_DRIVER}"', f'device.attributes["{NVIDIA_DRIVER}"].type == "gpu"'),
+    GPU_CLASS: (
+        f'device.driver == "{NVIDIA_DRIVER}"',
+        f'device.attributes["{NVIDIA_DRIVER}"].type == "gpu"',
+        f'device.attributes["{NVIDIA_DRIVER}"].productName != "{A100_PRODUCT}"',
+    ),
     MIG_CLASS: (f'device.driver == "{NVIDIA_DRIVER}"', f'device.attributes["{NVIDIA_DRIVER}"].type == "mig"'),
+    A100_CLASS: (
+        f'device.driver == "{NVIDIA_DRIVER}"',
+        f'device.attributes["{NVIDIA_DRIVER}"].type == "gpu"',
+        f'device.attributes["{NVIDIA_DRIVER}"].productName == "{A100_PRODUCT}"',
+    ),
+    **{
+        mig_class(profile): (
+            f'device.driver == "{NVIDIA_DRIVER}"',
+            f'device.attributes["{NVIDIA_DRIVER}"].type == "mig"',
+            f'device.attributes["{NVIDIA_DRIVER}"].profile == "{profile}"',
+        )
+        for profile in MIG_PROFILES
+    },
     NIC_CLASS: (
         f'device.driver == "{NIC_DRIVER}"',
         f'has(device.attributes["{NIC_DRIVER}"].rdma) && device.attributes["{NIC_DRIVER}"].rdma',
@@ -69,10 +110,10 @@ _CLASS_SELECTORS: dict[str, tuple[str, ...]] = {
 _BASE_TIME = datetime(2025, 11, 21, 8, 0, 0, tzinfo=UTC)
 #: PCIe root bus numbers of an 8-GPU board (as in the sample cluster).
 _ROOT_BUSES = (0x15, 0x37, 0x97, 0xB7)
-MIG_PER_GPU = 7
+A100_PER_NODE = 4
 
-#: (driver, devices) of one slice.
-SliceSpec = tuple[str, list[Obj]]
+#: (driver, devices, shared counter sets) of one slice (a slice has devices or counter sets).
+SliceSpec = tuple[str, list[Obj]] | tuple[str, list[Obj], list[Obj]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,23 +219,39 @@ def _gpu4_pcie(node: str, rng: random.Random) -> list[SliceSpec]:
 
 
 def _a100_mig(node: str, rng: random.Random) -> list[SliceSpec]:
-    devices = []
-    for g in range(4):
+    counter_sets: list[Obj] = []
+    devices: list[Obj] = []
+    for g in range(A100_PER_NODE):
         parent = _uuid(rng, "GPU")
-        for m in range(MIG_PER_GPU):
-            attributes = {
-                "type": "mig",
-                "productName": "NVIDIA A100-SXM4-80GB",
-                "profile": "1g.10gb",
-                "parentIndex": g,
-                "parentUUID": parent,
-                "placementStart": m,
-                "uuid": _uuid(rng, "MIG"),
-                PCIE_ROOT: _root(g // 2),
-                NUMA_NODE: g // 2,
-            }
-            devices.append(_device(f"gpu-{g}-mig-1g10gb-{m}", attributes, "10Gi"))
-    return [(NVIDIA_DRIVER, devices)]
+        counters = {f"memorySlice{i}": {"value": "1"} for i in range(8)} | {"gpcs": {"value": "7"}}
+        counter_sets.append({"name": f"gpu-{g}", "counters": counters})
+        whole = _device(
+            f"gpu-{g}",
+            {"type": "gpu", "productName": A100_PRODUCT, "index": g, "uuid": parent, PCIE_ROOT: _root(g // 2)}
+            | {NUMA_NODE: g // 2},
+            "80Gi",
+        )
+        whole["consumesCounters"] = [{"counterSet": f"gpu-{g}", "counters": counters}]
+        devices.append(whole)
+        for profile, (compute, memory, starts) in MIG_PROFILES.items():
+            for start in starts:
+                attributes = {
+                    "type": "mig",
+                    "productName": A100_PRODUCT,
+                    "profile": profile,
+                    "parentIndex": g,
+                    "parentUUID": parent,
+                    "placementStart": start,
+                    "uuid": _uuid(rng, "MIG"),
+                }
+                name = f"gpu-{g}-mig-{profile.split('.')[0]}-{start}"
+                device = _device(name, attributes, f"{10 * memory}Gi")
+                used = {f"memorySlice{i}": {"value": "1"} for i in range(start, start + memory)}
+                device["consumesCounters"] = [
+                    {"counterSet": f"gpu-{g}", "counters": used | {"gpcs": {"value": str(compute)}}}
+                ]
+                devices.append(device)
+    return [(NVIDIA_DRIVER, [], counter_sets), (NVIDIA_DRIVER, devices)]
 
 
 def _gaudi2(node: str, rng: random.Random) -> list[SliceSpec]:
@@ -236,7 +293,7 @@ NODE_TYPES: dict[str, NodeType] = {
             "gpu8-nvswitch", 0.22, "a3-highgpu-8g", "H100-SXM", {GPU_CLASS: 8, NIC_CLASS: 4}, _gpu8_nvswitch
         ),
         NodeType("gpu4-pcie", 0.16, "g6e-12xlarge", "L40S", {GPU_CLASS: 4, NIC_CLASS: 2}, _gpu4_pcie),
-        NodeType("a100-mig", 0.08, "a2-ultragpu-4g", "A100-MIG", {MIG_CLASS: 4 * MIG_PER_GPU}, _a100_mig),
+        NodeType("a100-mig", 0.08, "a2-ultragpu-4g", "A100-MIG", {A100_FAMILY: 7 * A100_PER_NODE}, _a100_mig),
         NodeType("gaudi2", 0.12, "dl1.24xlarge", "Gaudi2", {GAUDI_CLASS: 8}, _gaudi2),
         NodeType("mi210", 0.12, "mi210-8x", "MI210", {AMD_CLASS: 8}, _mi210),
     )
@@ -302,16 +359,24 @@ def _node(name: str, node_type: NodeType, rng: random.Random, number: int) -> Ob
     }
 
 
-def _slice(node: Obj, driver: str, devices: list[Obj], rng: random.Random) -> Obj:
+def _slice(node: Obj, spec: SliceSpec, rng: random.Random, *, slices: int = 1, part: int = 0) -> Obj:
+    """One ResourceSlice of the node's pool for the driver (`slices` of them make the pool)."""
     name = node["metadata"]["name"]
+    driver, devices = spec[0], spec[1]
     suffix = "".join(rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+    body: Obj = {"driver": driver, "nodeName": name}
+    if len(spec) == 3:
+        body["sharedCounters"] = spec[2]  # type: ignore[misc]
+    else:
+        body["devices"] = devices
+    body["pool"] = {"generation": 1, "name": name, "resourceSliceCount": slices}
     return {
         "apiVersion": DRA_API,
         "kind": "ResourceSlice",
         "metadata": {
             "creationTimestamp": node["metadata"]["creationTimestamp"],
             "generateName": f"{name}-{driver}-",
-            "name": f"{name}-{driver}-{suffix}",
+            "name": f"{name}-{driver}-{part}{suffix}",
             "ownerReferences": [
                 {
                     "apiVersion": "v1",
@@ -324,12 +389,7 @@ def _slice(node: Obj, driver: str, devices: list[Obj], rng: random.Random) -> Ob
             "resourceVersion": node["metadata"]["resourceVersion"],
             "uid": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
         },
-        "spec": {
-            "devices": devices,
-            "driver": driver,
-            "nodeName": name,
-            "pool": {"generation": 1, "name": name, "resourceSliceCount": 1},
-        },
+        "spec": body,
     }
 
 
@@ -371,14 +431,16 @@ def generate(*, nodes: int, seed: int) -> TopologyCluster:
     objects = _static_objects()
     node_names: list[str] = []
     node_types: dict[str, str] = {}
-    capacity: dict[str, int] = dict.fromkeys(_CLASS_SELECTORS, 0)
+    capacity: dict[str, int] = dict.fromkeys((*_CLASS_SELECTORS, A100_FAMILY), 0)
     for number, type_name in enumerate(order, start=1):
         node_type = NODE_TYPES[type_name]
         name = f"n{number:03d}-{type_name}"
         node = _node(name, node_type, rng, number)
         objects.append(node)
-        for driver, devices in node_type.slices(name, rng):
-            objects.append(_slice(node, driver, devices, rng))
+        specs = node_type.slices(name, rng)
+        for spec in specs:
+            same = [other for other in specs if other[0] == spec[0]]
+            objects.append(_slice(node, spec, rng, slices=len(same), part=same.index(spec)))
         node_names.append(name)
         node_types[name] = type_name
         for device_class, count in node_type.capacity.items():

@@ -79,8 +79,14 @@ def explain(
             lines.append(
                 f"      priority {priorities.get(name, 0)}/10, score {score.score:.3f} = "
                 f"locality {score.locality:.3f}, fragmentation {score.fragmentation:.3f}, "
-                f"packing {score.packing:.3f}, preference {score.preference:.3f} "
-                f"(device choice: {score.method})"
+                f"packing {score.packing:.3f}, preference {score.preference:.3f}"
+                + (
+                    f", partition packing {score.partition_packing:.3f}, "
+                    f"partition headroom {score.partition_headroom:.3f}"
+                    if score.partition_packing is not None and score.partition_headroom is not None
+                    else ""
+                )
+                + f" (device choice: {score.method})"
             )
         for allocation in placement.choose_allocations(evaluation, name) or []:
             devices = ", ".join(f"{r.request_name}={r.device.id}" for r in allocation.devices)

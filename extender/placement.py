@@ -23,7 +23,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -625,6 +625,7 @@ class Placement:
             status, _, parts, chosen = scoring.best_sets(
                 plan, index, positions, free, evaluation.relevant, self.topology
             )
+            parts = scoring.partition_parts(index, positions, chosen, free, parts)
         self.kernel_seconds_total += time.perf_counter() - started
         self.kernel_calls_total += 1
         preference = np.ones(len(names))
@@ -682,13 +683,33 @@ class Placement:
         free: np.ndarray,
         relevant: np.ndarray,
     ) -> None:
-        """Score upstream's first-fit allocation where the kernels do not choose the devices."""
+        """Score upstream's first-fit allocation where the kernels do not choose the devices.
+
+        A pod asking for one device may get a better partition (MIG slice) than first-fit's
+        (`scoring.partition_choices`): it is turned into the node's allocation by upstream's own
+        search over just that device, so what bind writes obeys upstream's rules; if that search
+        rejects it, first-fit's allocation stays.
+        """
         groups: dict[tuple[int, ...], list[tuple[str, list[int], float]]] = {}
+        single = scoring.single_partition_request(evaluation.specs, index)
+        better: dict[str, int] = {}
+        if single is not None:
+            known = [name for name in names if name in index.node_pos]
+            positions = np.array([index.node_pos[name] for name in known], dtype=np.int64)
+            choices = scoring.partition_choices(index, positions, single, free, relevant, self.topology)
+            better = {name: int(row) for name, row in zip(known, choices.tolist(), strict=True) if row >= 0}
         for name in names:
             position = index.node_pos.get(name)
             allocations = self.allocations_on(evaluation, name)
             if allocations is None or position is None:
                 continue
+            row = better.get(name)
+            if row is not None and index.row_device[row].id not in {
+                r.device.id for a in allocations for r in a.devices
+            }:
+                verified = self._allocate_one_device(evaluation, index, name, row)
+                if verified is not None:
+                    evaluation.allocations[name] = allocations = verified
             start, stop = index.node_start[position], index.node_start[position + 1]
             rows: list[int] = []
             claims: list[int] = []
@@ -711,11 +732,54 @@ class Placement:
                 _, parts = scoring.score_sets(
                     index, positions, sets, np.array(claims_of_set or (0,)), free, relevant, self.topology
                 )
+                parts = scoring.partition_parts(index, positions, sets, free, parts)
             self.kernel_seconds_total += time.perf_counter() - started
             self.kernel_calls_total += 1
             preference = np.array([p for _, _, p in members])
             final = scoring.combine(parts, preference, self.topology)
             evaluation.scores.add([name for name, _, _ in members], final, parts, preference, sets, FIRST_FIT)
+
+    def _allocate_one_device(
+        self, evaluation: PodEvaluation, index: DeviceIndex, name: str, row: int
+    ) -> list[ClaimAllocation] | None:
+        """Upstream's search on the node with only device `row` to choose from, or None if it fails.
+
+        The node's pools keep every allocated device (their counters and shares still count) and
+        the chosen one; the others are left out rather than marked in use, because a device marked
+        in use would also hold its shared counters.
+        """
+        allocated, _ = self.allocated_state()
+        chosen = index.row_device[row]
+        shared = {device for device, _ in allocated.shared_ids}
+        pools = []
+        for pool in index.pools.get(name, []):
+            slices = [
+                replace(
+                    s,
+                    devices=tuple(
+                        d for d in s.devices if d is chosen or d.id in allocated.devices or d.id in shared
+                    ),
+                )
+                for s in pool.slices
+            ]
+            pools.append(replace(pool, slices=slices))
+        deadline = self._clock() + self.filter_timeout_seconds
+        try:
+            result = allocate(
+                evaluation.specs,
+                node=index.nodes.get(name) or _bare_node(name),
+                pools=pools,
+                features=self.features,
+                classes=_Classes(index),
+                allocated=allocated,
+                evaluator=index.evaluator,
+                should_stop=lambda: "context deadline exceeded" if self._clock() > deadline else None,
+            )
+        except (NodeScopedError, AllocationAborted):
+            return None
+        if result is None or [r.device.id for a in result for r in a.devices] != [chosen.id]:
+            return None
+        return result
 
     def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
         """The first-fit allocation on a node that passed (computed on demand for fast-path nodes)."""

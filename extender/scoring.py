@@ -12,12 +12,18 @@ module only chooses *which* feasible devices to take and how good that choice is
   attributes). Upstream's own allocation is scored with `kernels.topology.score_sets`, so those
   nodes are still ranked by topology, just without a choice of devices.
 
+Both paths then add the partition terms (`partition_parts`) where the chosen set takes partitions
+(MIG slices): `kernels.topology.partition_terms` over the rows' parent groups and counter shares
+(`extender.topology.Partitions`, built once per index generation), so nodes are ranked by how well
+their choice keeps whole GPUs and large MIG profiles free.
+
 The kernel path never decides feasibility: a node it finds no set for (which would be a mismatch
 with upstream's rules) falls back to the first-fit path and is logged.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +33,7 @@ from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.taints import all_tolerated
 from extender.index.snapshot import DeviceIndex
-from extender.topology import TopologySettings
+from extender.topology import Partitions, TopologySettings, partition_groups
 from kernels import topology as kernels
 
 #: How a node's device set was found (shown by `explain`).
@@ -61,12 +67,14 @@ class NodeScore:
     preference: float
     method: str  # EXACT, BOUNDED or FIRST_FIT
     rows: tuple[int, ...]  # index rows of the chosen devices
+    partition_packing: float | None = None  # None: the set takes no partition (MIG slice)
+    partition_headroom: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Batch:
     score: np.ndarray  # float64 [M]
-    parts: np.ndarray  # float64 [M, 3]
+    parts: np.ndarray  # float64 [M, 3] or [M, 5] (with the partition terms, NaN where none)
     preference: np.ndarray  # float64 [M]
     chosen: np.ndarray  # int64 [M, K], -1 padded
     method: str | np.ndarray  # one method for the batch, or per node
@@ -119,6 +127,7 @@ class ScoreBook:
         batch = self._batches[found[0]]
         i = found[1]
         method = batch.method if isinstance(batch.method, str) else str(batch.method[i])
+        extra = batch.parts[i, 3:5] if batch.parts.shape[1] >= 5 else np.full(2, np.nan)
         return NodeScore(
             score=float(batch.score[i]),
             locality=float(batch.parts[i, 0]),
@@ -127,6 +136,8 @@ class ScoreBook:
             preference=float(batch.preference[i]),
             method=method,
             rows=tuple(int(r) for r in batch.chosen[i] if r >= 0),
+            partition_packing=None if np.isnan(extra[0]) else float(extra[0]),
+            partition_headroom=None if np.isnan(extra[1]) else float(extra[1]),
         )
 
     def items(self) -> list[tuple[str, NodeScore]]:
@@ -241,20 +252,148 @@ def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.nda
 
 
 def combine(parts: np.ndarray, preference: np.ndarray, settings: TopologySettings) -> np.ndarray:
-    """The node's score in [0, 1] from (locality, fragmentation, packing) and preference.
+    """The node's score in [0, 1] from (locality, fragmentation, packing[, partition terms]) and preference.
 
     With `spread`, fragmentation still steers which devices a node gives (inside the kernel), but
     not which node wins: spreading onto empty nodes breaks whole groups by design, and counting
-    that against empty nodes would undo the policy.
+    that against empty nodes would undo the policy. The partition terms (columns 3 and 4, from
+    `partition_parts`) are fragmentation of parent GPUs: they count only with `binpack`, and only
+    on nodes whose set takes a partition (elsewhere they are NaN and their weights leave the sum).
     """
-    fragmentation = settings.fragmentation_weight if settings.packing == "binpack" else 0.0
+    binpack = settings.packing == "binpack"
+    fragmentation = settings.fragmentation_weight if binpack else 0.0
     weights = np.array(
         [settings.locality_weight, fragmentation, settings.packing_weight, settings.preference_weight]
     )
     total = weights.sum()
-    if total <= 0:
-        return np.zeros(len(parts))
-    return (parts @ weights[:3] + preference * weights[3]) / total
+    if parts.shape[1] < 5 or not binpack:
+        if total <= 0:
+            return np.zeros(len(parts))
+        return (parts[:, :3] @ weights[:3] + preference * weights[3]) / total
+    extra = np.array([settings.partition_packing_weight, settings.partition_headroom_weight])
+    applies = ~np.isnan(parts[:, 3])
+    numerator = parts[:, :3] @ weights[:3] + preference * weights[3]
+    numerator = numerator + np.where(applies, np.nan_to_num(parts[:, 3:5]) @ extra, 0.0)
+    denominator = total + applies * extra.sum()
+    return np.divide(numerator, denominator, out=np.zeros(len(parts)), where=denominator > 0)
+
+
+_PARTITIONS: weakref.WeakKeyDictionary[DeviceIndex, Partitions] = weakref.WeakKeyDictionary()
+
+
+def partitions(index: DeviceIndex) -> Partitions:
+    """The index's parent-GPU groups and counter shares (built on first use, once per generation)."""
+    found = _PARTITIONS.get(index)
+    if found is None:
+        pools = [index.pools[name] for name in index.node_names]
+        found = partition_groups(index.topology, index.row_device, index.node_start, pools)
+        _PARTITIONS[index] = found
+    return found
+
+
+def group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the share of each counter not held by allocated rows, and the allocated row count."""
+    held = np.flatnonzero(~free & (groups.row_group >= 0))
+    group_free = np.ones((groups.num_groups, groups.row_cost.shape[1]))
+    np.subtract.at(group_free, groups.row_group[held], groups.row_cost[held])
+    group_used = np.bincount(groups.row_group[held], minlength=groups.num_groups).astype(np.int64)
+    return group_free, group_used
+
+
+def single_partition_request(specs: list[ClaimSpec], index: DeviceIndex) -> RequestSpec | None:
+    """The request of a pod that asks for exactly one device (one claim, one plain ExactCount
+    request of count 1, no constraints), or None: for such a pod a partition that is free and whose
+    costs fit its group's free counters is a valid allocation on its own (`partition_choices`)."""
+    if len(specs) != 1 or len(specs[0].requests) != 1 or specs[0].constraints:
+        return None
+    request = specs[0].requests[0]
+    spec = request.exactly
+    if spec is None or request.first_available or spec.mode != EXACT_COUNT or spec.count != 1:
+        return None
+    if spec.admin_access or spec.capacity is not None or spec.class_name not in index.classes:
+        return None
+    if any(s.expression is None for s in spec.selectors):
+        return None
+    return spec
+
+
+def partition_choices(
+    index: DeviceIndex,
+    positions: np.ndarray,
+    spec: RequestSpec,
+    free: np.ndarray,
+    relevant: np.ndarray,
+    settings: TopologySettings,
+) -> np.ndarray:
+    """Per node position, the best-scoring partition row for a one-device request (-1: none).
+
+    Candidates are the rows the request selects (tolerations applied, no CEL error) that are
+    free, consume counters and nothing else that needs upstream's search
+    (`Partitions.row_counters_only`), and whose costs fit their group's free counters: each one
+    alone is what upstream's search would accept. Each is scored as a set of one (the four terms
+    and the partition terms), all nodes in one kernel call; ties go to the first row in upstream's
+    order.
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    out = np.full(len(positions), -1, dtype=np.int64)
+    groups = partitions(index)
+    if groups.num_groups == 0 or not len(positions):
+        return out
+    mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+    selected, _ = selected_rows(index, spec)
+    usable = selected & free & groups.row_counters_only & ~mask.error
+    usable &= np.isin(index.row_node, positions)
+    rows = np.flatnonzero(usable)
+    if not len(rows):
+        return out
+    group_free, _ = group_state(groups, free)
+    left = group_free[groups.row_group[rows]] + kernels.PARTITION_EPSILON
+    rows = rows[np.all(groups.row_cost[rows] <= left, axis=1)]
+    if not len(rows):
+        return out
+    nodes = index.row_node[rows].astype(np.int64)
+    sets = rows.reshape(-1, 1).astype(np.int64)
+    _, parts = score_sets(index, nodes, sets, np.zeros(1, dtype=np.int64), free, relevant, settings)
+    parts = partition_parts(index, nodes, sets, free, parts)
+    final = combine(parts, np.ones(len(rows)), settings)
+    best = np.full(len(index.node_names), -np.inf)
+    np.maximum.at(best, nodes, final)
+    winners = final >= best[nodes] - kernels.TIE_EPSILON
+    # rows ascend, so the first winner of each node is the first in upstream's order
+    won_nodes, first = np.unique(nodes[winners], return_index=True)
+    chosen = np.full(len(index.node_names), -1, dtype=np.int64)
+    chosen[won_nodes] = rows[winners][first]
+    return chosen[positions]
+
+
+def partition_parts(
+    index: DeviceIndex, nodes: np.ndarray, sets: np.ndarray, free: np.ndarray, parts: np.ndarray
+) -> np.ndarray:
+    """`parts` (M, 3) with the partition terms appended: (M, 5), NaN where a set takes no partition.
+
+    Column 3 is partition packing (the set's partitions come from parent GPUs that were already
+    partly used), column 4 partition headroom (the largest profile each touched GPU can still
+    create, relative to before). Both from `kernels.topology.partition_terms`.
+    """
+    out = np.full((len(parts), 5), np.nan)
+    out[:, :3] = parts[:, :3]
+    groups = partitions(index)
+    taken = sets[sets >= 0]
+    if groups.num_groups == 0 or not len(taken) or not (groups.row_group[taken] >= 0).any():
+        return out
+    group_free, group_used = group_state(groups, free)
+    out[:, 3:5] = kernels.partition_terms(
+        index.node_start,
+        nodes.astype(np.int64),
+        sets.astype(np.int64),
+        groups.row_group,
+        groups.row_cost,
+        groups.group_counters,
+        group_free,
+        group_used,
+        free.astype(np.uint8),
+    )
+    return out
 
 
 def priorities(scores: np.ndarray) -> np.ndarray:

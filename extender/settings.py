@@ -150,6 +150,12 @@ class Settings:
     cross_claim_weight: float = 1.0
     """Weight of device pairs from different claims of one pod (e.g. GPU to NIC) in locality."""
 
+    partition_packing_weight: float = 4.0
+    """Weight of partition packing (MIG slices from parent GPUs already partly used), binpack only."""
+
+    partition_headroom_weight: float = 4.0
+    """Weight of partition headroom (largest MIG profile each touched GPU can still create), binpack only."""
+
     level_distances: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 6.0)
     """Distance of two devices whose closest shared level is nvlink, pcie, numa, socket, node."""
 
@@ -190,6 +196,8 @@ class Settings:
             packing_weight=self.packing_weight,
             preference_weight=self.preference_weight,
             cross_claim_weight=self.cross_claim_weight,
+            partition_packing_weight=self.partition_packing_weight,
+            partition_headroom_weight=self.partition_headroom_weight,
             packing=self.packing,
             max_work=self.kernel_max_work,
         )
@@ -416,6 +424,8 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "packing_weight": _to_weight,
         "preference_weight": _to_weight,
         "cross_claim_weight": _to_weight,
+        "partition_packing_weight": _to_weight,
+        "partition_headroom_weight": _to_weight,
         "level_distances": _to_distances,
         "topology_drivers": _to_drivers,
         "kernel_max_work": _to_count,

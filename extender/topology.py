@@ -13,6 +13,15 @@ Coordinates are interned integers (-1: unknown). They are only ever compared bet
 one node, so one intern table serves the whole cluster; it lives as long as the model, so ids stay
 stable across index generations and a node's cached rows can be re-used.
 
+Partitions (MIG slices) name their parent device (NVIDIA `parentUUID`, matched against the
+`uuid` of a device on the same node, `PARTITION_PARENTS`). A partition takes its parent's
+coordinate at every level it does not publish itself, so a MIG slice sits on its GPU's PCIe root,
+NUMA node and, where the GPU publishes one and the slice does not, NVLink domain. The nvlink level
+of a slice is its parent GPU (`parentUUID`, in the NVIDIA defaults), the most local group a slice
+can share. `partition_groups` adds a "parent GPU" grouping per row for the partition score terms:
+devices that consume one shared counter set (the GPU and all its MIG placements under DynamicMIG),
+else the devices that name one parent (static MIG slices, with the parent itself when published).
+
 A node may carry a link matrix in the annotation `LINK_ANNOTATION`: JSON
 `{"gpu-0": {"gpu-1": 900, ...}, ...}`, pairwise bandwidth (any unit, larger is closer) between
 device names. For the pairs it names it overrides the levels: the pair's distance is
@@ -34,6 +43,7 @@ import orjson
 
 from extender.allocator.constraints import lookup_attribute
 from extender.allocator.model import Device
+from extender.allocator.pools import Pool
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +80,11 @@ DEFAULT_DRIVERS: dict[str, dict[str, tuple[str, ...]]] = {
     "dra.net": {"pcie": (PCIE_ROOT,), "numa": (NUMA_NODE, "dra.net/numaNode")},
 }
 
+#: driver -> (attribute naming a partition's parent device, attribute holding a device's own id).
+PARTITION_PARENTS: dict[str, tuple[str, str]] = {
+    "gpu.nvidia.com": ("gpu.nvidia.com/parentUUID", "gpu.nvidia.com/uuid"),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class TopologySettings:
@@ -77,7 +92,8 @@ class TopologySettings:
 
     The score of a set is `(locality_weight * locality + fragmentation_weight * fragmentation +
     packing_weight * packing + preference_weight * preference) / sum of the weights`, each term in
-    [0, 1] (docs/scoring.md gives the formulas).
+    [0, 1] (docs/scoring.md gives the formulas). Where the set takes partitions (MIG slices), the
+    terms `partition_packing` and `partition_headroom` join with their weights.
     """
 
     drivers: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=lambda: DEFAULT_DRIVERS)
@@ -87,6 +103,8 @@ class TopologySettings:
     packing_weight: float = 1.0
     preference_weight: float = 1.0
     cross_claim_weight: float = 1.0
+    partition_packing_weight: float = 4.0
+    partition_headroom_weight: float = 4.0
     packing: str = "binpack"
     max_work: int = 4096
 
@@ -101,6 +119,8 @@ class TopologySettings:
             self.fragmentation_weight,
             self.packing_weight,
             self.preference_weight,
+            self.partition_packing_weight,
+            self.partition_headroom_weight,
         )
         if any(w < 0 or not math.isfinite(w) for w in (*weights, self.cross_claim_weight)):
             raise ValueError("topology weights must be finite and >= 0")
@@ -168,6 +188,40 @@ class TopologyModel:
                     break
         return out[0], out[1], out[2], out[3]
 
+    def parent_of(self, device: Device) -> str | None:
+        """The id of the device's parent (a partition's GPU), or None for a device that is no partition."""
+        names = PARTITION_PARENTS.get(device.id.driver)
+        return _attribute_text(device, names[0]) if names else None
+
+    def own_id(self, device: Device) -> str | None:
+        """The id partitions use to name this device as their parent (NVIDIA `uuid`), or None."""
+        names = PARTITION_PARENTS.get(device.id.driver)
+        return _attribute_text(device, names[1]) if names else None
+
+    def node_coords(self, devices: Sequence[Device]) -> np.ndarray:
+        """Coordinates (int32, devices x levels) of one node's devices, partitions completed from parents.
+
+        A partition whose parent is among `devices` takes the parent's coordinate at each level
+        where it has none of its own: a MIG slice that does not publish `pcieRoot` still sits on
+        its GPU's root complex.
+        """
+        coords = np.array([self.coords(d) for d in devices], dtype=np.int32).reshape(len(devices), NODE_LEVEL)
+        owners: dict[str, int] = {}
+        for row, device in enumerate(devices):
+            own = self.own_id(device)
+            if own is not None:
+                owners.setdefault(own, row)
+        if not owners:
+            return coords
+        for row, device in enumerate(devices):
+            parent = self.parent_of(device)
+            source = owners.get(parent) if parent is not None else None
+            if source is None or source == row:
+                continue
+            missing = coords[row] == NO_COORD
+            coords[row, missing] = coords[source, missing]
+        return coords
+
     def link_matrix(self, node: Mapping[str, Any], device_names: Sequence[str]) -> np.ndarray | None:
         """Pairwise distances from the node's link annotation over its rows (NaN: not named).
 
@@ -228,3 +282,110 @@ def _attribute_text(device: Device, name: str) -> str | None:
         if items:
             return f"{kind[:-1]}:{items[0]}"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Partitions:
+    """The "parent GPU" grouping of an index's rows, for the partition score terms.
+
+    A group is one physical device that partitions share: the rows that consume one shared
+    counter set of one pool on one node (DynamicMIG: the GPU and every MIG placement), else the
+    rows naming one parent (static MIG slices, and the parent when it is published). Costs are
+    shares of the group's counters (consumption / counter value), so every group's capacity is 1
+    per counter; a group without counters has `group_counters` 0 and costs 0.
+    """
+
+    row_group: np.ndarray  # int64 [rows]: group id, -1 where the row is no partition
+    row_cost: np.ndarray  # float64 [rows, C]: share of each of the group's counters the row consumes
+    group_counters: np.ndarray  # int64 [G]: how many of the C cost columns the group uses
+    #: bool [rows]: the row consumes counters and nothing else sends it to upstream's search (no
+    #: binding conditions, shared allocation or per-device node selection): for such a row alone,
+    #: "free and its costs fit the group's free counters" is upstream's whole counter check
+    row_counters_only: np.ndarray
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.group_counters.shape[0])
+
+
+#: The share a row is charged for a counter whose value is 0 (or less) and that it consumes: more
+#: than any group ever has free, so such a row never fits, as upstream's counter check says.
+UNFITTABLE_SHARE = 2.0
+
+
+def partition_groups(
+    model: TopologyModel,
+    row_device: Sequence[Device],
+    node_start: np.ndarray,
+    node_pools: Sequence[Sequence[Pool]],
+) -> Partitions:
+    """Group the rows of an index (nodes in `node_start` order, their pools in `node_pools`).
+
+    Runs once per index generation: a Python pass over the rows, cheap for rows of drivers without
+    partitions (one dict lookup each).
+    """
+    rows = len(row_device)
+    row_group = np.full(rows, -1, dtype=np.int64)
+    counters_only = np.zeros(rows, dtype=bool)
+    keys: dict[tuple[Any, ...], int] = {}
+    columns: list[list[str]] = []
+    shares: list[tuple[int, list[float]]] = []
+    for n in range(len(node_start) - 1):
+        lo, hi = int(node_start[n]), int(node_start[n + 1])
+        devices = row_device[lo:hi]
+        maybe = [d for d in devices if d.consumes_counters or d.id.driver in PARTITION_PARENTS]
+        if not maybe:
+            continue
+        pool_of = {
+            id(d): (pool, slice_)
+            for pool in node_pools[n]
+            if pool.counter_sets
+            for slice_ in pool.slices
+            for d in slice_.devices
+        }
+        named = {p for d in maybe if (p := model.parent_of(d)) is not None}
+        for row in range(lo, hi):
+            device = row_device[row]
+            pool, slice_ = pool_of.get(id(device), (None, None)) if device.consumes_counters else (None, None)
+            counters = pool.counter_sets.get(device.consumes_counters[0][0]) if pool is not None else None
+            if pool is not None and slice_ is not None and counters is not None:
+                counters_only[row] = not (
+                    device.binding_conditions
+                    or device.allow_multiple_allocations
+                    or slice_.per_device_node_selection
+                    or pool.has_binding_conditions
+                )
+                set_name, consumed = device.consumes_counters[0]
+                key: tuple[Any, ...] = (n, "counters", pool.id, set_name)
+                names = sorted(counters)
+                share = []
+                for name in names:
+                    amount = consumed.get(name)
+                    capacity = counters[name].exact
+                    if amount is None or amount.exact == 0:
+                        share.append(0.0)
+                    elif capacity <= 0:
+                        share.append(UNFITTABLE_SHARE)
+                    else:
+                        share.append(float(amount.exact / capacity))
+            else:
+                parent = model.parent_of(device)
+                if parent is None:
+                    own = model.own_id(device)
+                    parent = own if own is not None and own in named else None
+                if parent is None:
+                    continue
+                key, names, share = (n, "parent", parent), [], []
+            group = keys.get(key)
+            if group is None:
+                group = keys[key] = len(columns)
+                columns.append(names)
+            row_group[row] = group
+            if share:
+                shares.append((row, share))
+    width = max((len(c) for c in columns), default=0) or 1
+    row_cost = np.zeros((rows, width), dtype=np.float64)
+    for row, share in shares:
+        row_cost[row, : len(share)] = share
+    group_counters = np.array([len(c) for c in columns], dtype=np.int64)
+    return Partitions(row_group, row_cost, group_counters, counters_only)

@@ -34,6 +34,15 @@ Score of a set S (every term in [0, 1], higher is better):
   node, `used_after = (T - F) + |S ∩ relevant|`, F the free relevant rows; 0.5 when T is 0;
 - score: `(w0 * locality + w1 * fragmentation + w2 * packing) / (w0 + w1 + w2)`, 0 if the sum is 0.
 
+Partition terms (`partition_terms` / `partition_terms_reference`, a third kernel-twin pair): for a
+given set per node, over the rows' parent groups (one physical GPU: rows sharing a counter set, or
+naming one parent) with per-row counter shares and per-group free shares, (1) partition packing
+`1 - opened / taken` (groups with nothing allocated that the set cuts into, per partition row taken)
+and (2) partition headroom, the mean over touched groups with counters of `largest_after /
+largest_before`, the largest size (mean counter share) of a free row of the group still fitting
+the free counters after and before the set. NaN for both when the set takes no partition. Per set
+O(K * rows of the node * counters); `partition_terms` documents the details.
+
 Search per node (`best_sets`): depth-first over requests in order, each request's rows enumerated as
 combinations of its unused candidates in ascending order, hard constraints checked as each row is
 added. A node where some request has fewer candidates than it needs, or the requests together have
@@ -89,6 +98,9 @@ TIE_EPSILON = 1e-12
 # Prune when bound <= incumbent + _PRUNE_BELOW. A completion must score above incumbent + TIE_EPSILON to
 # win; the computed bound and scores are within ~1e-15 of exact, far inside the 1e-13 margin.
 _PRUNE_BELOW = TIE_EPSILON - 1e-13
+
+PARTITION_EPSILON = 1e-9
+"""Slack of the partition terms' fit check (costs are float shares of exact counter values)."""
 
 MATCH_ATTRIBUTE = 0
 DISTINCT_ATTRIBUTE = 1
@@ -685,6 +697,113 @@ def _score_sets_parallel(
         )  # fmt: skip
 
 
+@njit(cache=True, inline="always")
+def _largest_fitting(lo, size, g, avail, ncols, sets, m, row_group, row_cost, free):
+    """(largest size, how many fit) over the free rows of group g not in sets[m] whose costs fit avail.
+
+    A row's size is its mean share over the group's ncols counters (1 for a group without counters).
+    """
+    largest = 0.0
+    fitting = 0
+    for x in range(lo, lo + size):
+        if row_group[x] != g or free[x] == 0:
+            continue
+        taken = False
+        for k in range(sets.shape[1]):
+            if sets[m, k] == x:
+                taken = True
+                break
+        if taken:
+            continue
+        fits = True
+        total = 0.0
+        for j in range(ncols):
+            c = row_cost[x, j]
+            if c > avail[j] + PARTITION_EPSILON:
+                fits = False
+                break
+            total += c
+        if fits:
+            fitting += 1
+            largest = max(largest, total / ncols if ncols > 0 else 1.0)
+    return largest, fitting
+
+
+@njit(cache=True)
+def _partition_node(
+    m, node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free, before,
+    after, out,
+):  # fmt: skip
+    """The two partition terms of sets[m] (NaN, NaN when the set takes no partition)."""
+    n = nodes[m]
+    lo = node_start[n]
+    size = node_start[n + 1] - lo
+    k_total = sets.shape[1]
+    parts_taken = 0
+    opened = 0
+    headroom_sum = 0.0
+    counted = 0
+    for k in range(k_total):
+        row = sets[m, k]
+        if row < 0:
+            continue
+        g = row_group[row]
+        if g < 0:
+            continue
+        parts_taken += 1
+        seen = False
+        for j in range(k):
+            if sets[m, j] >= 0 and row_group[sets[m, j]] == g:
+                seen = True
+                break
+        if seen:
+            continue
+        ncols = group_counters[g]
+        for j in range(ncols):
+            before[j] = group_free[g, j]
+            after[j] = group_free[g, j]
+        for j in range(k, k_total):
+            other = sets[m, j]
+            if other >= 0 and row_group[other] == g:
+                for c in range(ncols):
+                    after[c] -= row_cost[other, c]
+        largest_after, left = _largest_fitting(lo, size, g, after, ncols, sets, m, row_group, row_cost, free)
+        if group_used[g] == 0 and left > 0:
+            opened += 1  # a fresh parent cut into, not taken whole
+        if ncols == 0:
+            continue
+        largest_before, _ = _largest_fitting(lo, size, g, before, ncols, sets, m, row_group, row_cost, free)
+        headroom = 1.0
+        if left > 0 and largest_before > 0.0:
+            headroom = min(1.0, largest_after / largest_before)
+        headroom_sum += headroom
+        counted += 1
+    if parts_taken == 0:
+        out[m, 0] = np.nan
+        out[m, 1] = np.nan
+        return
+    out[m, 0] = 1.0 - opened / parts_taken
+    out[m, 1] = headroom_sum / counted if counted > 0 else 1.0
+
+
+@njit(parallel=True, cache=True)
+def _partition_parallel(
+    node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free, out
+):  # fmt: skip
+    """prange over nodes in blocks; each block owns its scratch and writes only its own rows."""
+    n_nodes = nodes.shape[0]
+    width = max(row_cost.shape[1], 1)
+    n_blocks = (n_nodes + _BLOCK - 1) // _BLOCK
+    for b in prange(n_blocks):
+        before = np.zeros(width)
+        after = np.zeros(width)
+        for m in range(b * _BLOCK, min(n_nodes, (b + 1) * _BLOCK)):
+            _partition_node(
+                m, node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used,
+                free, before, after, out,
+            )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------------
 # input checks (shared by the kernels and the twins: both raise the same errors)
 # ---------------------------------------------------------------------------------------------------
@@ -950,6 +1069,100 @@ def score_sets(
     return score, parts
 
 
+def _check_partitions(
+    node_start: np.ndarray,
+    nodes: np.ndarray,
+    sets: np.ndarray,
+    row_group: np.ndarray,
+    row_cost: np.ndarray,
+    group_counters: np.ndarray,
+    group_free: np.ndarray,
+    group_used: np.ndarray,
+    free: np.ndarray,
+) -> None:
+    """Check `partition_terms` arguments (the kernel and the twin raise the same errors)."""
+    _need("node_start", node_start, np.int64, 1)
+    _need("nodes", nodes, np.int64, 1)
+    _need("sets", sets, np.int64, 2)
+    _need("row_group", row_group, np.int64, 1)
+    _need("row_cost", row_cost, np.float64, 2)
+    _need("group_counters", group_counters, np.int64, 1)
+    _need("group_free", group_free, np.float64, 2)
+    _need("group_used", group_used, np.int64, 1)
+    _need("free", free, np.uint8, 1)
+    rows = row_group.shape[0]
+    groups = group_counters.shape[0]
+    n_nodes = node_start.shape[0] - 1
+    if n_nodes < 0:
+        raise ValueError("node_start must have N + 1 entries")
+    if row_cost.shape[0] != rows or free.shape[0] != rows:
+        raise ValueError(f"row_cost and free must have {rows} rows (one per row of row_group)")
+    if n_nodes and (node_start[0] < 0 or node_start[-1] > rows or np.any(np.diff(node_start) < 0)):
+        raise ValueError(f"node_start must be non-decreasing within [0, {rows}]")
+    if nodes.size and (nodes.min() < 0 or nodes.max() >= n_nodes):
+        raise ValueError(f"nodes must index node_start (0 <= node < {n_nodes})")
+    if sets.shape[0] != nodes.shape[0]:
+        raise ValueError(f"sets must have one row per node ({nodes.shape[0]}), got {sets.shape[0]}")
+    if sets.size:
+        lo = node_start[nodes][:, None]
+        hi = node_start[nodes + 1][:, None]
+        if not np.all((sets == -1) | ((sets >= lo) & (sets < hi))):
+            raise ValueError("every entry of sets[m] must be -1 or a row of node nodes[m]")
+    if group_free.shape != (groups, row_cost.shape[1]) or group_used.shape[0] != groups:
+        raise ValueError(
+            f"group_free must have shape ({groups}, {row_cost.shape[1]}) and group_used {groups} entries"
+        )
+    if groups and (group_counters.min() < 0 or group_counters.max() > row_cost.shape[1]):
+        raise ValueError(f"group_counters must be within [0, {row_cost.shape[1]}] (the cost columns)")
+    if rows and row_group.max() >= groups:
+        raise ValueError(f"row_group entries must be groups (0 <= group < {groups}) or -1")
+    if not np.all(np.isfinite(row_cost)) or not np.all(np.isfinite(group_free)):
+        raise ValueError("row_cost and group_free must be finite")
+
+
+def partition_terms(
+    node_start: np.ndarray,
+    nodes: np.ndarray,
+    sets: np.ndarray,
+    row_group: np.ndarray,
+    row_cost: np.ndarray,
+    group_counters: np.ndarray,
+    group_free: np.ndarray,
+    group_used: np.ndarray,
+    free: np.ndarray,
+) -> np.ndarray:
+    """The partition terms of one given set per node, in parallel (numba).
+
+    Args:
+        sets: int64 (M, K), rows of node nodes[m] or -1 (as for `score_sets`).
+        row_group: int64 (rows,), each row's parent group (-1: no partition).
+        row_cost: float64 (rows, C), the share of each of its group's counters a row consumes.
+        group_counters: int64 (G,), how many cost columns group g uses (0: a group without counters).
+        group_free: float64 (G, C), the share of each counter not held by allocated devices.
+        group_used: int64 (G,), how many of the group's rows are allocated.
+        free: uint8 (rows,), 1 where the row is not allocated.
+
+    Returns:
+        float64 (M, 2): (partition packing, partition headroom), both NaN where the set takes no
+        partition. Packing is `1 - opened / taken` (taken: the set's partition rows; opened: the
+        groups it touches that had nothing allocated and still have a free row that fits after the
+        set: a parent cut into rather than taken whole). Headroom is the mean, over the touched groups
+        with counters, of `largest_after / largest_before` (1 when nothing fits after the set or
+        before it): `largest` is the
+        largest size (mean share over the group's counters) of a free row of the group, not in the
+        set, whose costs fit the group's free counters, before and after the set's costs are taken.
+    """
+    _check_partitions(
+        node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free
+    )
+    out = np.zeros((nodes.shape[0], 2))
+    if nodes.shape[0]:
+        _partition_parallel(
+            node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free, out
+        )
+    return out
+
+
 def set_threads(n: int) -> None:
     """Use n numba threads for the parallel drivers; 0 leaves numba's default (NUMBA_NUM_THREADS)."""
     if n < 0:
@@ -959,7 +1172,7 @@ def set_threads(n: int) -> None:
 
 
 def warm_up() -> float:
-    """Compile (or load from numba's cache) both kernels on a tiny index; returns the seconds taken.
+    """Compile (or load from numba's cache) the kernels on a tiny index; returns the seconds taken.
 
     The service calls this at start-up so the first scheduling cycle does not pay for compilation.
     Both the exact path and the budget-exceeded greedy path run.
@@ -971,6 +1184,12 @@ def warm_up() -> float:
     node_start, nodes = args[0], args[1]
     sets = np.array([[0, 2], [-1, -1]], np.int64)
     score_sets(node_start, nodes, sets, np.zeros(2, np.int64), *args[5:8], *args[11:16])
+    group = np.array([0, 0, -1, -1, 1, 1, 1, -1], np.int64)
+    cost = np.array([[0.5, 0.5]] * 4 + [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
+    partition_terms(
+        node_start, nodes, sets, group, cost, np.array([2, 0], np.int64), np.ones((2, 2)),
+        np.array([1, 0], np.int64), args[6],
+    )  # fmt: skip
     return time.perf_counter() - started
 
 
@@ -1320,3 +1539,58 @@ def score_sets_reference(
         score[m] = result[0]
         parts[m] = result[1:]
     return score, parts
+
+
+def partition_terms_reference(
+    node_start: np.ndarray,
+    nodes: np.ndarray,
+    sets: np.ndarray,
+    row_group: np.ndarray,
+    row_cost: np.ndarray,
+    group_counters: np.ndarray,
+    group_free: np.ndarray,
+    group_used: np.ndarray,
+    free: np.ndarray,
+) -> np.ndarray:
+    """Plain Python twin of `partition_terms`, serial over nodes, from the definitions."""
+    _check_partitions(
+        node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free
+    )
+    out = np.zeros((nodes.shape[0], 2))
+    for m in range(nodes.shape[0]):
+        lo, hi = int(node_start[nodes[m]]), int(node_start[nodes[m] + 1])
+        chosen = [int(r) for r in sets[m] if r >= 0]
+        taken = [r for r in chosen if row_group[r] >= 0]
+        if not taken:
+            out[m] = np.nan
+            continue
+        groups = list(dict.fromkeys(int(row_group[r]) for r in taken))  # first-seen order
+        opened = 0
+        headrooms: list[float] = []
+        for g in groups:
+            ncols = int(group_counters[g])
+            before = [float(v) for v in group_free[g, :ncols]]
+            after = list(before)
+            for r in taken:
+                if row_group[r] == g:
+                    after = [a - float(c) for a, c in zip(after, row_cost[r, :ncols], strict=True)]
+            others = [x for x in range(lo, hi) if row_group[x] == g and free[x] and x not in chosen]
+
+            def fitting(avail: list[float], others: list[int] = others, ncols: int = ncols) -> list[float]:
+                """Sizes (mean counter share, 1 without counters) of the other free rows that fit."""
+                return [
+                    sum(row_cost[x, :ncols].tolist()) / ncols if ncols else 1.0
+                    for x in others
+                    if all(row_cost[x, j] <= avail[j] + PARTITION_EPSILON for j in range(ncols))
+                ]
+
+            left = fitting(after)
+            if group_used[g] == 0 and left:
+                opened += 1
+            if ncols == 0:
+                continue
+            big_before, big_after = max(fitting(before), default=0.0), max(left, default=0.0)
+            headrooms.append(min(1.0, big_after / big_before) if left and big_before > 0 else 1.0)
+        out[m, 0] = 1.0 - opened / len(taken)
+        out[m, 1] = sum(headrooms) / len(headrooms) if headrooms else 1.0
+    return out

@@ -54,15 +54,30 @@ def _value(attributes: dict[str, Any], name: str) -> Any:
 
 
 def _device_levels(run: sim.PolicyRun) -> dict[tuple[str, str, str], tuple[Any, Any, Any]]:
-    """(driver, pool, device) -> (nvlink, pcie root, numa) straight from the ResourceSlices."""
+    """(driver, pool, device) -> (nvlink, pcie root, numa) straight from the ResourceSlices.
+
+    A MIG slice publishes no PCIe root or NUMA node: it sits on its parent GPU's (the device whose
+    `uuid` its `parentUUID` names), which is what the topology model reads too.
+    """
     out = {}
+    by_uuid: dict[tuple[str, str], dict[str, Any]] = {}
+    devices = []
     for slice_ in run.state.list("ResourceSlice"):
         spec = slice_["spec"]
-        for device in spec["devices"]:
-            attributes = device["attributes"]
-            nvlink = next((_value(attributes, n) for n in NVLINK_ATTRIBUTES if n in attributes), None)
-            levels = (nvlink, _value(attributes, tc.PCIE_ROOT), _value(attributes, tc.NUMA_NODE))
-            out[(spec["driver"], spec["pool"]["name"], device["name"])] = levels
+        for device in spec.get("devices", ()):
+            devices.append((spec, device))
+            if "uuid" in device["attributes"]:
+                by_uuid[(spec["pool"]["name"], _value(device["attributes"], "uuid"))] = device["attributes"]
+    for spec, device in devices:
+        attributes = device["attributes"]
+        parent = by_uuid.get((spec["pool"]["name"], _value(attributes, "parentUUID")), {})
+        nvlink = next((_value(attributes, n) for n in NVLINK_ATTRIBUTES if n in attributes), None)
+        levels = (
+            nvlink,
+            _value(attributes, tc.PCIE_ROOT) or _value(parent, tc.PCIE_ROOT),
+            _value(attributes, tc.NUMA_NODE) if tc.NUMA_NODE in attributes else _value(parent, tc.NUMA_NODE),
+        )
+        out[(spec["driver"], spec["pool"]["name"], device["name"])] = levels
     return out
 
 
@@ -173,3 +188,49 @@ def test_eight_gpu_probe_counts_whole_free_nodes(runs) -> None:
         }
         # An 8-GPU claim needs a whole 8-GPU node, so the probe places one per idle such node.
         assert run.placeable_8gpu == len(eight_gpu_nodes - busy)
+
+
+def test_a100_measures_follow_the_final_claims(runs) -> None:
+    """Whole A100s free and the largest creatable MIG profile, recomputed from the claims by hand."""
+    results, _, _ = runs
+    for run in results.values():
+        a100_nodes = [
+            node["metadata"]["name"]
+            for node in run.state.list("Node")
+            if node["metadata"]["labels"][tc.NODE_TYPE_LABEL] == "a100-mig"
+        ]
+        assert a100_nodes
+        memory: dict[tuple[str, int], set[int]] = {
+            (n, g): set() for n in a100_nodes for g in range(tc.A100_PER_NODE)
+        }
+        compute: Counter[tuple[str, int]] = Counter()
+        for claim in run.state.list("ResourceClaim"):
+            for r in _results(claim) if (claim.get("status") or {}).get("allocation") else ():
+                if r["pool"] not in a100_nodes:
+                    continue
+                parts = r["device"].split("-")  # gpu-<g> or gpu-<g>-mig-<Ng>-<start>
+                key = (r["pool"], int(parts[1]))
+                if len(parts) == 2:
+                    memory[key] |= set(range(8))
+                    compute[key] += 7
+                else:
+                    profile = next(p for p in tc.MIG_PROFILES if p.startswith(parts[3] + "."))
+                    slices, span, _ = tc.MIG_PROFILES[profile]
+                    memory[key] |= set(range(int(parts[4]), int(parts[4]) + span))
+                    compute[key] += slices
+        largest = []
+        for key, taken in memory.items():
+            fitting = [
+                slices
+                for slices, span, starts in tc.MIG_PROFILES.values()
+                for start in starts
+                if not taken & set(range(start, start + span)) and compute[key] + slices <= 7
+            ]
+            largest.append(max(fitting, default=0))
+        whole, mean_largest, count = sim.a100_state(run.placement)
+        assert count == len(memory)
+        assert whole == sum(1 for key, taken in memory.items() if not taken and compute[key] == 0)
+        assert mean_largest == pytest.approx(sum(largest) / len(largest))
+        figures = sim.metrics(run)
+        a100_jobs = [r for r in run.records if r.job.shape.family == tc.A100_FAMILY]
+        assert a100_jobs and figures["a100_unplaced"] == sum(r.node is None for r in a100_jobs)

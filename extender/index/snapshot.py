@@ -97,7 +97,7 @@ def _node_block(
                 tainted.append(
                     features.device_taints and any(t.effect in BLOCKING_EFFECTS for t in device.taints)
                 )
-    coords = np.array([topology.coords(d) for d in devices], dtype=np.int32).reshape(len(devices), NODE_LEVEL)
+    coords = topology.node_coords(devices)
     links = topology.link_matrix(node, [d.name for d in devices]) if devices else None
     return _NodeBlock(key, pools, devices, special, tainted, any(p.invalid for p in pools), coords, links)
 

@@ -6,6 +6,9 @@ and corner inputs, under every budget path (EXACT, NONE, BOUNDED, UNKNOWN). An i
 enumerates every valid assignment with itertools: EXACT must reach its best score with a valid set,
 NONE must mean it finds none. Hand-built nodes check that the score prefers what it should (one NVLink
 island, GPU and NIC on one PCIe root, binpack versus spread, filling a half-used island).
+`partition_terms` must equal `partition_terms_reference` exactly on seeded random groups, and on
+hand-built A100s (every MIG placement on 8 memory-slice and 7 compute-slice counters) prefer a GPU
+already in use and a choice that keeps the larger profiles creatable.
 """
 
 from __future__ import annotations
@@ -606,3 +609,171 @@ def test_warm_up_and_threads() -> None:
     topology.set_threads(0)  # leaves numba's default
     with pytest.raises(ValueError):
         topology.set_threads(-1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# partition terms (parent-GPU packing and MIG profile headroom)
+# ---------------------------------------------------------------------------------------------------
+
+#: A100 MIG placements: (profile, first memory slice, memory slices, compute slices of 7).
+A100_PLACEMENTS = (
+    *(("1g", i, 1, 1) for i in range(7)),
+    *(("2g", i, 2, 2) for i in (0, 2, 4)),
+    ("3g", 0, 4, 3),
+    ("3g", 4, 4, 3),
+    ("4g", 0, 4, 4),
+    ("7g", 0, 8, 7),
+)
+
+
+def a100_costs() -> np.ndarray:
+    """Counter shares of every A100 placement: 8 memory-slice counters of 1, then 7 compute slices."""
+    cost = np.zeros((len(A100_PLACEMENTS), 9))
+    for row, (_, start, memory, compute) in enumerate(A100_PLACEMENTS):
+        cost[row, start : start + memory] = 1.0
+        cost[row, 8] = compute / 7
+    return cost
+
+
+def partition_case(used: list[list[int]]) -> tuple[np.ndarray, ...]:
+    """One node of len(used) A100s; used[g] lists placements (A100_PLACEMENTS positions) allocated."""
+    per = len(A100_PLACEMENTS)
+    cost = np.concatenate([a100_costs()] * len(used))
+    group = np.repeat(np.arange(len(used), dtype=np.int64), per)
+    free = np.ones(len(group), np.uint8)
+    group_free = np.ones((len(used), 9))
+    group_used = np.zeros(len(used), np.int64)
+    for g, rows in enumerate(used):
+        for r in rows:
+            free[g * per + r] = 0
+            group_free[g] -= cost[g * per + r]
+            group_used[g] += 1
+    node_start = np.array([0, len(group)], np.int64)
+    return node_start, group, cost, np.full(len(used), 9, np.int64), group_free, group_used, free
+
+
+def terms(case: tuple[np.ndarray, ...], sets: list[list[int]], twin: bool = False) -> np.ndarray:
+    node_start, group, cost, counters, group_free, group_used, free = case
+    fn = topology.partition_terms_reference if twin else topology.partition_terms
+    nodes = np.zeros(len(sets), np.int64)
+    return fn(
+        node_start, nodes, np.array(sets, np.int64), group, cost, counters, group_free, group_used, free
+    )
+
+
+def profile(name: str, start: int = 0) -> int:
+    """The A100_PLACEMENTS position of a profile at a first memory slice."""
+    return next(i for i, p in enumerate(A100_PLACEMENTS) if p[0] == name and p[1] == start)
+
+
+def test_partly_used_parent_gpu_beats_a_fresh_one() -> None:
+    """A 1g slice on the GPU that already runs a 1g scores 1 on packing; on a fresh GPU 0."""
+    per = len(A100_PLACEMENTS)
+    case = partition_case([[profile("1g", 0)], []])
+    out = terms(case, [[profile("1g", 1)], [per + profile("1g", 0)]])
+    assert out[:, 0].tolist() == [1.0, 0.0]
+    assert out[0, 1] > out[1, 1]  # and it leaves the fresh GPU's 7g creatable
+    np.testing.assert_array_equal(out, terms(case, [[profile("1g", 1)], [per + profile("1g", 0)]], True))
+
+
+def test_choice_that_keeps_the_7g_creatable_beats_one_that_does_not() -> None:
+    """Two free GPUs with a 3g each: both 1g choices open nothing, but only one keeps a whole GPU."""
+    per = len(A100_PLACEMENTS)
+    # GPU 0 runs a 4g (slices 0-3); GPU 1 is free: a 3g on GPU 0's free half fills it up (headroom 1),
+    # a 3g on GPU 1 leaves it able to make a 4g at most (no 7g any more).
+    case = partition_case([[profile("4g")], []])
+    out = terms(case, [[profile("3g", 4)], [per + profile("3g", 4)]])
+    assert out[0].tolist() == [1.0, 1.0]
+    assert out[1, 0] == 0.0
+    size_4g = (4 + 4 / 7) / 9  # mean share over the 9 counters
+    assert out[1, 1] == pytest.approx(size_4g / 1.0)
+    # the placement within a GPU matters too: a 1g at slice 6 keeps the 4g (slices 0-3) and a 2g at
+    # 4; a 1g at slice 0 breaks the only 4g placement, leaving the 3g at 4 as the largest
+    case = partition_case([[], []])
+    out = terms(case, [[profile("1g", 6)], [profile("1g", 0)]])
+    assert out[0, 1] > out[1, 1]
+
+
+def test_sets_without_partitions_are_nan_and_whole_gpus_cost_nothing() -> None:
+    case = partition_case([[], []])
+    node_start, group, *rest = case
+    plain = (node_start, np.where(np.arange(len(group)) < 5, -1, group), *rest)
+    out = terms(plain, [[0, 1], [-1, -1]])
+    assert np.isnan(out).all()
+    # the whole GPU as one 7g opens no parent and loses nothing (as taking a whole NVLink island)
+    out = terms(case, [[profile("7g"), -1]])
+    assert out[0].tolist() == [1.0, 1.0]
+    # two 1g slices of one fresh GPU: one opened parent for two partitions
+    out = terms(case, [[profile("1g", 0), profile("1g", 1)]])
+    assert out[0, 0] == 0.5
+
+
+def random_partition_case(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """Nodes with random groups (0..4 counters, some without), random costs, held rows and sets."""
+    sizes = rng.integers(0, 10, size=int(rng.integers(1, 8)))
+    node_start = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    rows = int(node_start[-1])
+    width = 4
+    counters: list[int] = []
+    group = np.full(rows, -1, np.int64)
+    for n, size in enumerate(sizes):
+        mine = [len(counters) + i for i in range(int(rng.integers(0, 3)))]
+        counters.extend(int(rng.integers(0, width + 1)) for _ in mine)
+        for r in range(int(node_start[n]), int(node_start[n]) + int(size)):
+            if mine and rng.random() < 0.8:
+                group[r] = rng.choice(mine)
+    counters_arr = np.array(counters, np.int64)
+    cost = np.zeros((rows, width))
+    for r in np.flatnonzero(group >= 0):
+        k = counters_arr[group[r]]
+        cost[r, :k] = rng.choice([0.0, 0.125, 0.25, 0.5, 1.0], size=k)
+    free = (rng.random(rows) < 0.7).astype(np.uint8)
+    group_free = np.ones((len(counters), width))
+    group_used = np.zeros(len(counters), np.int64)
+    for r in np.flatnonzero((free == 0) & (group >= 0)):
+        group_free[group[r]] -= cost[r]
+        group_used[group[r]] += 1
+    nodes = rng.integers(0, len(sizes), size=int(rng.integers(1, 12))).astype(np.int64)
+    k = 4
+    sets = np.full((len(nodes), k), -1, np.int64)
+    for m, n in enumerate(nodes):
+        lo, hi = int(node_start[n]), int(node_start[n + 1])
+        take = int(rng.integers(0, min(hi - lo, k) + 1))
+        sets[m, rng.choice(k, take, replace=False)] = rng.choice(np.arange(lo, hi), take, replace=False)
+    return nodes, sets, (node_start, group, cost, counters_arr, group_free, group_used, free)
+
+
+@pytest.mark.parametrize("seed", range(500, 530))
+def test_random_partition_terms_match_twin(seed: int) -> None:
+    nodes, sets, (node_start, *arrays) = random_partition_case(np.random.default_rng(seed))
+    got = topology.partition_terms(node_start, nodes, sets, *arrays)
+    want = topology.partition_terms_reference(node_start, nodes, sets, *arrays)
+    np.testing.assert_array_equal(got, want)
+    assert np.all(np.isnan(got) | ((got >= 0.0) & (got <= 1.0)))
+
+
+def test_partition_input_checks() -> None:
+    case = partition_case([[]])
+    node_start, group, cost, counters, group_free, group_used, free = case
+    sets = np.array([[0]], np.int64)
+    nodes = np.zeros(1, np.int64)
+    with pytest.raises(TypeError, match="row_group must have dtype int64"):
+        topology.partition_terms(
+            node_start, nodes, sets, group.astype(np.int32), cost, counters, group_free, group_used, free
+        )
+    with pytest.raises(ValueError, match="row of node"):
+        topology.partition_terms(
+            node_start, nodes, np.array([[99]], np.int64), group, cost, counters, group_free, group_used, free
+        )
+    with pytest.raises(ValueError, match="group_free must have shape"):
+        topology.partition_terms(
+            node_start, nodes, sets, group, cost, counters, group_free[:, :3], group_used, free
+        )
+    with pytest.raises(ValueError, match="finite"):
+        topology.partition_terms(
+            node_start, nodes, sets, group, cost, counters, group_free * np.inf, group_used, free
+        )
+    with pytest.raises(ValueError, match="group_counters"):
+        topology.partition_terms(
+            node_start, nodes, sets, group, cost, counters + 5, group_free, group_used, free
+        )

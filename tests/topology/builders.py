@@ -125,3 +125,138 @@ def pod(name: str, claim_names: list[str]) -> Obj:
 def placement(objects: list[Obj], topology: TopologySettings | None = None) -> Placement:
     state = ClusterState.from_objects([*device_classes(), *objects])
     return Placement(state, features=Features(), assumed=AssumeCache(), topology=topology)
+
+
+# ----------------------------------------------------------------- DynamicMIG A100 nodes
+MIG_CLASS = "mig.example.com"
+WHOLE_GPU_CLASS = "whole-gpu.example.com"
+#: A100 80GB MIG placements: (profile, first memory slice, memory slices, compute slices of 7).
+A100_PROFILES = {"1g": "1g.10gb", "2g": "2g.20gb", "3g": "3g.40gb", "4g": "4g.40gb", "7g": "7g.80gb"}
+A100_PLACEMENTS: tuple[tuple[str, int, int, int], ...] = (
+    *(("1g", i, 1, 1) for i in range(7)),
+    *(("2g", i, 2, 2) for i in (0, 2, 4)),
+    ("3g", 0, 4, 3),
+    ("3g", 4, 4, 3),
+    ("4g", 0, 4, 4),
+    ("7g", 0, 8, 7),
+)
+
+
+def mig_classes() -> list[Obj]:
+    """A class for MIG placements and one for whole NVIDIA GPUs (by the driver's `type`)."""
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": 'device.driver == "gpu.nvidia.com" && '
+                            f'device.attributes["gpu.nvidia.com"].type == "{kind}"'
+                        }
+                    }
+                ]
+            },
+        }
+        for name, kind in ((MIG_CLASS, "mig"), (WHOLE_GPU_CLASS, "gpu"))
+    ]
+
+
+def mig_name(gpu: int, profile: str, start: int) -> str:
+    return f"gpu-{gpu}-mig-{profile}-{start}"
+
+
+def a100_mig_slices(node_name: str, gpus: int, *, pcie_per_gpu: bool = True) -> list[Obj]:
+    """One node's DynamicMIG pool: a counter set per GPU (8 memory slices, 7 compute slices), the
+    whole GPUs and every MIG placement consuming them. Only whole GPUs publish pcieRoot and NUMA
+    (as the NVIDIA driver's MIG devices do not); partitions inherit them through `parentUUID`."""
+    pool = f"{node_name}-gpu.nvidia.com"
+    counter_sets = []
+    devices: list[Obj] = []
+    for g in range(gpus):
+        uuid = f"GPU-{node_name}-{g}"
+        counters = {f"memorySlice{i}": {"value": "1"} for i in range(8)} | {"gpcs": {"value": "7"}}
+        counter_sets.append({"name": f"gpu-{g}-counters", "counters": counters})
+        whole: Obj = {"type": {"string": "gpu"}, "uuid": {"string": uuid}, "productName": {"string": "A100"}}
+        if pcie_per_gpu:
+            whole["resource.kubernetes.io/pcieRoot"] = {"string": f"pci-{g // 2}"}
+            whole["resource.kubernetes.io/numaNode"] = {"int": g // 2}
+        devices.append(
+            {
+                "name": f"gpu-{g}",
+                "attributes": whole,
+                "consumesCounters": [{"counterSet": f"gpu-{g}-counters", "counters": counters}],
+            }
+        )
+        for profile, start, memory, compute in A100_PLACEMENTS:
+            used = {f"memorySlice{i}": {"value": "1"} for i in range(start, start + memory)}
+            used["gpcs"] = {"value": str(compute)}
+            devices.append(
+                {
+                    "name": mig_name(g, profile, start),
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "uuid": {"string": f"MIG-{node_name}-{g}-{profile}-{start}"},
+                        "parentUUID": {"string": uuid},
+                        "profile": {"string": A100_PROFILES[profile]},
+                        "productName": {"string": "A100"},
+                    },
+                    "consumesCounters": [{"counterSet": f"gpu-{g}-counters", "counters": used}],
+                }
+            )
+    meta = {"generation": 1, "resourceSliceCount": 2}
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{pool}-counters"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node_name,
+                "pool": {"name": pool, **meta},
+                "sharedCounters": counter_sets,
+            },
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{pool}-devices"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": node_name,
+                "pool": {"name": pool, **meta},
+                "devices": devices,
+            },
+        },
+    ]
+
+
+def mig_claim(name: str, profile: str, count: int = 1) -> Obj:
+    """A claim for `count` MIG devices of one profile (e.g. "1g")."""
+    expression = f'device.attributes["gpu.nvidia.com"].profile == "{A100_PROFILES[profile]}"'
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "mig",
+                        "exactly": {
+                            "deviceClassName": MIG_CLASS,
+                            "count": count,
+                            "selectors": [{"cel": {"expression": expression}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+def held(name: str, node_name: str, devices: list[str]) -> Obj:
+    """A claim already holding these NVIDIA devices of the node's pool (allocated, reserved)."""
+    return allocated_claim(name, node_name, "gpu.nvidia.com", devices)
