@@ -9,6 +9,11 @@ Gaudi, TPU, Neuron and `dra.net` NICs, and `*` (every driver) reads the standard
 `resource.kubernetes.io/pcieRoot` and `resource.kubernetes.io/numaNode` attributes. For each
 level the first attribute a device has wins; a list-valued attribute uses its first element.
 
+Above the node sits the `clique`: a multi-node NVLink domain (one GB200/GB300 NVL72 rack), read
+per node from the label `nvidia.com/gpu.clique` or the `cliqueID` device attribute. It is not a
+device coordinate (devices of two nodes are never in one claim); `extender/gang.py` uses it to
+keep the pods of one gang in one clique (docs/gangs.md).
+
 Coordinates are interned integers (-1: unknown). They are only ever compared between devices of
 one node, so one intern table serves the whole cluster; it lives as long as the model, so ids stay
 stable across index generations and a node's cached rows can be re-used.
