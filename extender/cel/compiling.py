@@ -12,11 +12,11 @@ a type name or a variable bound by an enclosing macro; every function must exist
 argument count; `device.<field>` must be a field of the DRA device type. Problems are collected
 as located `Issue`s (parser-level ones first, like cel-go, which only checks what parsed).
 
-A program is called with `env`, a list: slot 0 holds `device`, slot 1 the comprehension budget,
+A program is called with `env`, a list: slot 0 holds `device`, slot 1 the cost budget,
 and each macro variable (`all`, `exists`, `exists_one`, `map`, `filter`, their two-variable forms,
 `cel.bind`) gets its own slot, assigned at compile time; so evaluation builds no dictionaries and
-no scopes, and one compiled program serves any number of threads. Comprehension iterations per
-evaluation are capped (`ITERATION_BUDGET`), a coarse stand-in for CEL's runtime cost limit.
+no scopes, and one compiled program serves any number of threads. Each comprehension element
+spends its share of the per-evaluation cost budget (`costs.py` says how much, `COST_BUDGET`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import lark
 
-from extender.cel import comprehensions, libraries, literals, lookups, programs, values
+from extender.cel import comprehensions, costs, libraries, literals, lookups, programs, values
 from extender.cel.comprehensions import BUDGET_SLOT
 from extender.cel.parsing import Issue, ident_name, position, unwrap
 
@@ -37,7 +37,7 @@ DEVICE_SLOT: Final = 0
 #: How deeply operations may nest (cel-go's parser stops at a comparable depth); keeps both
 #: compilation and evaluation far from Python's recursion limit.
 MAX_NESTING: Final = 100
-ITERATION_BUDGET: Final = 1_000_000
+COST_BUDGET: Final = costs.MAX_COST
 DEVICE_FIELDS: Final = frozenset({"driver", "attributes", "capacity", "allowMultipleAllocations"})
 RESERVED: Final = frozenset(
     {"as", "break", "const", "continue", "else", "for", "function", "if", "import", "in", "let", "loop"}
@@ -74,8 +74,11 @@ class CompileIssues(Exception):
         self.issues = issues
 
 
-def compile_tree(text: str, tree: lark.Tree) -> tuple[Program, int]:
-    """Compile a parse tree of `text`; returns the program and the number of slots it needs.
+def compile_tree(text: str, tree: lark.Tree) -> tuple[Program, int, int]:
+    """Compile a parse tree of `text`.
+
+    Returns the program, the number of slots it needs and its estimated worst-case cost
+    (`costs.py`); the estimate also sets what each comprehension charges per element.
 
     Raises:
         CompileIssues: undeclared references, bad macro arguments, unknown functions, ...
@@ -88,7 +91,12 @@ def compile_tree(text: str, tree: lark.Tree) -> tuple[Program, int]:
     issues = compiler.parse_issues or compiler.check_issues
     if issues:
         raise CompileIssues(issues)
-    return program, compiler.slots
+    # Estimated after compiling, which has bounded the nesting the estimator recurses through.
+    estimator = costs.Estimator()
+    cost = estimator.estimate(tree)
+    for node_id, cell in compiler.iteration_costs.items():
+        cell[0] = estimator.iteration_costs.get(node_id, cell[0])
+    return program, compiler.slots, cost
 
 
 class _Compiler:
@@ -98,6 +106,8 @@ class _Compiler:
         self.check_issues: list[Issue] = []
         self.slots = BUDGET_SLOT + 1
         self.depth = 0
+        # Per-element cost cells of the comprehensions, by parse node; `compile_tree` fills them.
+        self.iteration_costs: dict[int, list[int]] = {}
 
     # -- locations and issues ---------------------------------------------------------------
 
@@ -244,7 +254,7 @@ class _Compiler:
                 call_at, f"{namespace}.{name}", libraries.NOT_IMPLEMENTED_NAMESPACES[namespace]
             )
         if name in _MACROS:
-            return self._macro(name, receiver_tree, args, scope, call_at)
+            return self._macro(tree, name, receiver_tree, args, scope, call_at)
         receiver = self.node(receiver_tree, scope)
         if name in libraries.NOT_IMPLEMENTED:  # not the arguments: they may be macro variables
             return self._not_implemented(call_at, name, libraries.NOT_IMPLEMENTED[name])
@@ -360,6 +370,7 @@ class _Compiler:
 
     def _macro(
         self,
+        tree: lark.Tree,
         name: str,
         receiver_tree: Any,
         args: Sequence[Any],
@@ -376,7 +387,8 @@ class _Compiler:
         slots = [self._new_slot() for _ in names]
         inner = {**scope, **dict(zip(names, slots, strict=True))}  # type: ignore[arg-type]
         bodies = [self.node(arg, inner) for arg in args[len(names) :]]
-        return comprehensions.build(name, source, slots, bodies)
+        cost = self.iteration_costs.setdefault(id(tree), [costs.ITERATION_OVERHEAD[name]])
+        return comprehensions.build(name, source, slots, bodies, cost)
 
     # -- literals ---------------------------------------------------------------------------
 
