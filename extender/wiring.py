@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
+from extender.index import selecting
 from extender.placement import Placement
 from extender.settings import Settings
 
@@ -36,6 +37,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
         topology=settings.topology(),
         freeze_caches=True,
     )
+    selecting.set_result_cache_size(settings.cel_result_cache_size)
     prepare_kernels(settings)
     placement.index()  # build now, so the first filter call does not pay for it
     freeze_heap()
@@ -92,6 +94,7 @@ def build_kube_services(
         freeze_caches=True,
     )
     placement.source_stats = source.stats  # type: ignore[attr-defined]  # read by telemetry
+    selecting.set_result_cache_size(settings.cel_result_cache_size)
     prepare_kernels(settings)
     elector = None
     if settings.leader_elect:
