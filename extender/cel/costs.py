@@ -18,7 +18,8 @@ driver 63 chars, 32 domains of 32 attributes, values up to 64 chars or 64 list e
 - list literal 10, map literal 30 (plus the elements);
 - a comprehension: its range once, plus per element a fixed overhead (the accumulator steps
   cel-go's macro expansion adds: 3 for `all`/`exists`, 3 for `exists_one`, 12 for `map`,
-  13 for `filter`) and the body's cost; `cel.bind` costs its two parts plus 1.
+  13 for `filter`) and the body's cost, plus once its accumulator's start and result (1 to 11);
+  `cel.bind` (a comprehension over `[]`) costs its two parts plus 10.
 
 Sizes flow through the tree (list literals, concatenations, `split`, `map`, bound variables),
 so an expression that builds big values is seen to. Where we diverge from cel-go we err on the
@@ -55,6 +56,10 @@ LIST_CREATE: Final = 10  # cel-go common.ListCreateBaseCost
 MAP_CREATE: Final = 30  # cel-go common.MapCreateBaseCost
 #: Per-element cost a comprehension adds around its body (cel-go's accumulator steps).
 ITERATION_OVERHEAD: Final = {"all": 3, "exists": 3, "exists_one": 3, "existsOne": 3, "map": 12, "filter": 13}
+#: Once per comprehension: its accumulator's initial value and its result expression.
+_FOLD_FIXED: Final = {"all": 1, "exists": 1, "exists_one": 2, "existsOne": 2, "map": 11, "filter": 11}
+#: `cel.bind` is a comprehension over an empty list literal: that list's creation.
+_BIND_FIXED: Final = LIST_CREATE
 _CAP: Final = 2**63  # sizes and costs saturate here instead of growing without bound
 
 
@@ -244,7 +249,7 @@ class Estimator:
                 init = self.walk(args[1], scope)
                 variable = ident_name(args[0]) or ""
                 body = self.walk(args[2], {**scope, variable: init.shape})
-                result = init.plus(body).plus(Cost(1, 1))
+                result = init.plus(body).plus(Cost(_BIND_FIXED, _BIND_FIXED))
                 result.shape = body.shape
                 return result
             if namespace in ("optional", "sets", "strings"):
@@ -271,7 +276,9 @@ class Estimator:
         body_full = sum(b.full for b in bodies)
         per_element = min(ITERATION_OVERHEAD[name] + sum(b.flat for b in bodies), _CAP)
         self.iteration_costs[id(tree)] = per_element
-        full = min(source.full + shape.size * (ITERATION_OVERHEAD[name] + body_full), _CAP)
+        full = min(
+            source.full + _FOLD_FIXED[name] + shape.size * (ITERATION_OVERHEAD[name] + body_full), _CAP
+        )
         if name == "map":
             result = sized(shape.size, elem=bodies[-1].shape)
         elif name == "filter":

@@ -100,7 +100,9 @@ def test_costs_follow_cel_go_unit_prices() -> None:
     assert estimate("device.driver == 'a' && device.driver == 'b'") == 6
     assert estimate("true ? device.driver == 'a' : false") == 3
     # A comprehension: its range once, then per element the overhead and the body.
-    assert estimate("[1, 2, 3].all(x, x > 0)") == costs.LIST_CREATE + 3 * (3 + 2)
+    assert estimate("[1, 2, 3].all(x, x > 0)") == costs.LIST_CREATE + 1 + 3 * (3 + 2)
+    # cel.bind: a comprehension over an empty list in cel-go.
+    assert estimate("cel.bind(v, device.driver, v == 'a')") == 2 + 2 + costs.LIST_CREATE
 
 
 def test_string_costs_grow_with_length() -> None:
