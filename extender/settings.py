@@ -85,6 +85,9 @@ class Settings:
     ui: bool = False
     """Serve the read-only placement dashboard at `/ui` (and record the last verb decisions)."""
 
+    cel_result_cache_size: int = 128
+    """Selector expressions whose per-device results are kept (an LRU); a device keeps at most twice this."""
+
     # ---------------------------------------------------------------- kube mode (watch)
     watch_stall_seconds: float = 300.0
     """A watch stream that delivers no event or bookmark for this long is restarted by a relist."""
@@ -287,6 +290,13 @@ def _to_name(value: Any, where: str) -> str:
     return text
 
 
+def _to_positive_count(value: Any, where: str) -> int:
+    count = _to_count(value, where)
+    if count < 1:
+        raise ValueError(f"{where}: {value!r} is not a positive count; allowed: an integer >= 1")
+    return count
+
+
 def _to_otlp_protocol(value: Any, where: str) -> str:
     text = str(value).strip().lower()
     if text not in OTLP_PROTOCOLS:
@@ -404,6 +414,7 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "log_json": _to_bool,
         "ui": _to_bool,
         "scheduler_names": _to_names,
+        "cel_result_cache_size": _to_positive_count,
         "watch_stall_seconds": _to_seconds,
         "relist_ready_seconds": _to_seconds,
         "tls_cert_file": _path_converter(base),

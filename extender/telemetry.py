@@ -396,6 +396,16 @@ class StateCollector(Collector):
                 "CEL selector results served from the per-device cache.",
                 getattr(evaluator, "hits", 0),
             )
+            yield _gauge(
+                "dra_extender_cel_result_cache_expressions",
+                "Selector expressions whose per-device results are kept (an LRU of celResultCacheSize).",
+                getattr(evaluator, "cached_expressions", 0),
+            )
+            yield _counter(
+                "dra_extender_cel_result_cache_evictions",
+                "Selector expressions evicted from the result cache (their results are recomputed on use).",
+                getattr(evaluator, "evictions", 0),
+            )
 
     @staticmethod
     def _source_metrics(stats: Mapping[str, Any]) -> Iterator[Metric]:

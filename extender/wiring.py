@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
+from extender.index import selecting
 from extender.placement import Placement
 from extender.settings import Settings
 from extender.worker import PlacementWorker
@@ -40,6 +41,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
         freeze_caches=True,
         worker=placement_worker(settings),
     )
+    selecting.set_result_cache_size(settings.cel_result_cache_size)
     prepare_kernels(settings)
     placement.index()  # build now, so the first filter call does not pay for it
     freeze_heap()
@@ -103,6 +105,7 @@ def build_kube_services(
     worker: Any = placement.worker
     source = kube.KubeSource(state, settings, api_client=api_client, loop=worker)
     placement.source_stats = source.stats  # type: ignore[attr-defined]  # read by telemetry
+    selecting.set_result_cache_size(settings.cel_result_cache_size)
     prepare_kernels(settings)
     elector = None
     if settings.leader_elect:

@@ -2,7 +2,8 @@
 
 Public API (other modules are internal):
 
-- `compile_selector(text) -> CompiledSelector`, cached per text; raises `CelCompileError`;
+- `compile_selector(text) -> CompiledSelector`, cached per text; raises `CelCompileError`
+  (including upstream's "too complex, exceeds cost limit" when the estimated cost is too high);
 - `CompiledSelector.evaluate(device) -> bool`; raises `CelRuntimeError`;
 - `build_device_input(...) -> DeviceInput`, the CEL `device` variable, built once per device.
 
@@ -10,7 +11,9 @@ Layout: `parsing` (cel-python's grammar, extended for the optional syntax; cel-g
 layout); `compiling` (tree walking and declaration checks) building closures from `programs`,
 `comprehensions` and `literals`; `values` and `lookups` (runtime values, operators, lookups);
 `libraries` (the function tables) over `conversions`, `strings`, `lists`, `quantities` and
-`semvers`; `devices` (the `device` variable); `selectors` (the cache and public entry points).
+`semvers`; `costs` (cel-go's cost model: the compile-time estimate and the per-element runtime
+charge); `devices` (the `device` variable); `selectors` (the cache and public entry points).
+docs/cel.md has the environment audit and the cost model.
 """
 
 from extender.cel.devices import DeviceInput, build_device_input

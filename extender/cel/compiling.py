@@ -12,11 +12,11 @@ a type name or a variable bound by an enclosing macro; every function must exist
 argument count; `device.<field>` must be a field of the DRA device type. Problems are collected
 as located `Issue`s (parser-level ones first, like cel-go, which only checks what parsed).
 
-A program is called with `env`, a list: slot 0 holds `device`, slot 1 the comprehension budget,
+A program is called with `env`, a list: slot 0 holds `device`, slot 1 the cost budget,
 and each macro variable (`all`, `exists`, `exists_one`, `map`, `filter`, their two-variable forms,
 `cel.bind`) gets its own slot, assigned at compile time; so evaluation builds no dictionaries and
-no scopes, and one compiled program serves any number of threads. Comprehension iterations per
-evaluation are capped (`ITERATION_BUDGET`), a coarse stand-in for CEL's runtime cost limit.
+no scopes, and one compiled program serves any number of threads. Each comprehension element
+spends its share of the per-evaluation cost budget (`costs.py` says how much, `COST_BUDGET`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any, Final
 
 import lark
 
-from extender.cel import comprehensions, libraries, literals, lookups, programs, values
+from extender.cel import comprehensions, costs, libraries, literals, lookups, programs, values
 from extender.cel.comprehensions import BUDGET_SLOT
-from extender.cel.parsing import Issue, position
+from extender.cel.parsing import Issue, ident_name, position, unwrap
 
 Program = Callable[[list[Any]], Any]
 
@@ -37,14 +37,11 @@ DEVICE_SLOT: Final = 0
 #: How deeply operations may nest (cel-go's parser stops at a comparable depth); keeps both
 #: compilation and evaluation far from Python's recursion limit.
 MAX_NESTING: Final = 100
-ITERATION_BUDGET: Final = 1_000_000
+COST_BUDGET: Final = costs.MAX_COST
 DEVICE_FIELDS: Final = frozenset({"driver", "attributes", "capacity", "allowMultipleAllocations"})
 RESERVED: Final = frozenset(
     {"as", "break", "const", "continue", "else", "for", "function", "if", "import", "in", "let", "loop"}
     | {"package", "namespace", "return", "var", "void", "while"}
-)
-_PASS_THROUGH: Final = frozenset(
-    {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication", "unary", "member"}
 )
 _MACROS: Final = frozenset({"all", "exists", "exists_one", "existsOne", "filter", "map"})
 _BINARY: Final[dict[str, Callable[[Any, Any], Any]]] = {
@@ -77,8 +74,11 @@ class CompileIssues(Exception):
         self.issues = issues
 
 
-def compile_tree(text: str, tree: lark.Tree) -> tuple[Program, int]:
-    """Compile a parse tree of `text`; returns the program and the number of slots it needs.
+def compile_tree(text: str, tree: lark.Tree) -> tuple[Program, int, int]:
+    """Compile a parse tree of `text`.
+
+    Returns the program, the number of slots it needs and its estimated worst-case cost
+    (`costs.py`); the estimate also sets what each comprehension charges per element.
 
     Raises:
         CompileIssues: undeclared references, bad macro arguments, unknown functions, ...
@@ -91,24 +91,12 @@ def compile_tree(text: str, tree: lark.Tree) -> tuple[Program, int]:
     issues = compiler.parse_issues or compiler.check_issues
     if issues:
         raise CompileIssues(issues)
-    return program, compiler.slots
-
-
-def _unwrap(tree: Any) -> Any:
-    """Skip the single-child chain nodes and parentheses, which carry no meaning of their own."""
-    while isinstance(tree, lark.Tree):
-        if (tree.data in _PASS_THROUGH and len(tree.children) == 1) or tree.data in ("primary", "paren_expr"):
-            tree = tree.children[0]
-        else:
-            break
-    return tree
-
-
-def _ident_name(tree: Any) -> str | None:
-    node = _unwrap(tree)
-    if isinstance(node, lark.Tree) and node.data == "ident":
-        return str(node.children[0])
-    return None
+    # Estimated after compiling, which has bounded the nesting the estimator recurses through.
+    estimator = costs.Estimator()
+    cost = estimator.estimate(tree)
+    for node_id, cell in compiler.iteration_costs.items():
+        cell[0] = estimator.iteration_costs.get(node_id, cell[0])
+    return program, compiler.slots, cost
 
 
 class _Compiler:
@@ -118,6 +106,8 @@ class _Compiler:
         self.check_issues: list[Issue] = []
         self.slots = BUDGET_SLOT + 1
         self.depth = 0
+        # Per-element cost cells of the comprehensions, by parse node; `compile_tree` fills them.
+        self.iteration_costs: dict[int, list[int]] = {}
 
     # -- locations and issues ---------------------------------------------------------------
 
@@ -153,7 +143,7 @@ class _Compiler:
     # -- dispatch ---------------------------------------------------------------------------
 
     def node(self, tree: Any, scope: dict[str, int]) -> Program:
-        tree = _unwrap(tree)
+        tree = unwrap(tree)
         handler = getattr(self, f"_{tree.data}", None)
         if handler is None:
             return self._issue(self._at(tree), f"unsupported construct: {tree.data}", parse=True)
@@ -219,7 +209,7 @@ class _Compiler:
     # -- members ----------------------------------------------------------------------------
 
     def _check_device_field(self, target: Any, field: lark.Token, scope: dict[str, int]) -> None:
-        is_device = _ident_name(target) == "device" and scope.get("device") == DEVICE_SLOT
+        is_device = ident_name(target) == "device" and scope.get("device") == DEVICE_SLOT
         if is_device and field not in DEVICE_FIELDS:
             self._issue(self._prev_char(field), f"undefined field '{field}'")
 
@@ -248,23 +238,33 @@ class _Compiler:
         receiver_tree, name_token = tree.children[:2]
         args = list(tree.children[2].children) if len(tree.children) == 3 else []
         name, call_at = str(name_token), self._next_char(name_token, "(")
-        namespace = _ident_name(receiver_tree)
+        namespace = ident_name(receiver_tree)
         if namespace is not None and namespace not in scope and namespace in libraries.NAMESPACES:
             qualified = f"{namespace}.{name}"
             if qualified == "cel.bind":
                 return self._bind(args, scope, call_at)
             if qualified in libraries.NAMESPACED_FUNCTIONS:
                 return self._call(qualified, libraries.NAMESPACED_FUNCTIONS[qualified], args, scope, call_at)
+        if (
+            namespace is not None
+            and namespace not in scope
+            and namespace in libraries.NOT_IMPLEMENTED_NAMESPACES
+        ):
+            return self._not_implemented(
+                call_at, f"{namespace}.{name}", libraries.NOT_IMPLEMENTED_NAMESPACES[namespace]
+            )
         if name in _MACROS:
-            return self._macro(name, receiver_tree, args, scope, call_at)
+            return self._macro(tree, name, receiver_tree, args, scope, call_at)
         receiver = self.node(receiver_tree, scope)
+        if name in libraries.NOT_IMPLEMENTED:  # not the arguments: they may be macro variables
+            return self._not_implemented(call_at, name, libraries.NOT_IMPLEMENTED[name])
         if name in ("orValue", "or") and len(args) == 1:
             return programs.optional_or(name, receiver, self.node(args[0], scope))
         overload = libraries.MEMBER_FUNCTIONS.get(name)
         if overload is None:
             for arg in args:
                 self.node(arg, scope)
-            return self._undeclared(call_at, name)
+            return self._unknown_function(call_at, name, len(args), receiver=True)
         return self._call(name, overload, args, scope, call_at, receiver=receiver)
 
     # -- identifiers, calls and macros ------------------------------------------------------
@@ -295,8 +295,32 @@ class _Compiler:
         if overload is None:
             for arg in args:
                 self.node(arg, scope)
-            return self._undeclared(call_at, name)
+            return self._unknown_function(call_at, name, len(args), receiver=False)
         return self._call(name, overload, args, scope, call_at)
+
+    def _unknown_function(
+        self, call_at: tuple[int, int], name: str, count: int, *, receiver: bool
+    ) -> Program:
+        """A call that resolves to nothing in this style (global or receiver): cel-go's wording.
+
+        A name declared only in the other style has no matching overload (cel-go keeps one
+        function table for both); a name upstream declares but we do not implement says so.
+        """
+        if name in libraries.NOT_IMPLEMENTED:
+            return self._not_implemented(call_at, name, libraries.NOT_IMPLEMENTED[name])
+        other = libraries.GLOBAL_FUNCTIONS if receiver else libraries.MEMBER_FUNCTIONS
+        if name in other:
+            style = "receiver call" if receiver else "call"
+            return self._issue(
+                call_at, f"found no matching overload for '{name}' ({style} with {count} arguments)"
+            )
+        return self._undeclared(call_at, name)
+
+    def _not_implemented(self, call_at: tuple[int, int], name: str, library: str) -> Program:
+        message = (
+            f"function '{name}' ({library}) is part of upstream's CEL environment but not supported here"
+        )
+        return self._issue(call_at, message)
 
     _dot_ident_arg = _ident_arg
 
@@ -320,7 +344,7 @@ class _Compiler:
         return programs.call(name, overload.function, args)
 
     def _has(self, args: Sequence[Any], scope: dict[str, int], call_at: tuple[int, int]) -> Program:
-        selection = _unwrap(args[0]) if len(args) == 1 else None
+        selection = unwrap(args[0]) if len(args) == 1 else None
         if not isinstance(selection, lark.Tree) or selection.data != "member_dot":
             return self._issue(call_at, "invalid argument to has() macro", parse=True)
         target_tree, field = selection.children
@@ -328,9 +352,9 @@ class _Compiler:
         return programs.has(self.node(target_tree, scope), str(field))
 
     def _variable(self, tree: Any) -> str | None:
-        name = _ident_name(tree)
+        name = ident_name(tree)
         if name is None:
-            self._issue(self._at(_unwrap(tree)), "argument must be a simple name", parse=True)
+            self._issue(self._at(unwrap(tree)), "argument must be a simple name", parse=True)
         return name
 
     def _bind(self, args: Sequence[Any], scope: dict[str, int], call_at: tuple[int, int]) -> Program:
@@ -346,6 +370,7 @@ class _Compiler:
 
     def _macro(
         self,
+        tree: lark.Tree,
         name: str,
         receiver_tree: Any,
         args: Sequence[Any],
@@ -362,7 +387,8 @@ class _Compiler:
         slots = [self._new_slot() for _ in names]
         inner = {**scope, **dict(zip(names, slots, strict=True))}  # type: ignore[arg-type]
         bodies = [self.node(arg, inner) for arg in args[len(names) :]]
-        return comprehensions.build(name, source, slots, bodies)
+        cost = self.iteration_costs.setdefault(id(tree), [costs.ITERATION_OVERHEAD[name]])
+        return comprehensions.build(name, source, slots, bodies, cost)
 
     # -- literals ---------------------------------------------------------------------------
 

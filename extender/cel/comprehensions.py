@@ -6,7 +6,9 @@ errs does not matter if another element decides the result (`false` for `all`, `
 first error. A predicate that yields a non-bool is an error. Lists range over elements and maps
 over keys; the two-variable forms (`all(i, v, p)`, ...) get (index, element) or (key, value).
 
-Every iteration spends one unit of the per-evaluation budget in `env[BUDGET_SLOT]`.
+Every element spends its cost (overhead plus the body's static cost, see `costs.py`) from the
+per-evaluation budget in `env[BUDGET_SLOT]`; running out raises `CostExceeded`, which nothing
+absorbs.
 """
 
 from __future__ import annotations
@@ -22,21 +24,21 @@ Program = Callable[[list[Any]], Any]
 BUDGET_SLOT = 1
 
 
-def _spend(env: list[Any]) -> None:
-    budget = env[BUDGET_SLOT]
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise CostExceeded()
+def _loop(name: str, source: Program, slots: Sequence[int], cost: list[int]) -> Callable[[list[Any]], Any]:
+    """An iterator factory that binds each element (or pair) into its slot(s) before yielding.
 
-
-def _loop(name: str, source: Program, slots: Sequence[int]) -> Callable[[list[Any]], Any]:
-    """An iterator factory that binds each element (or pair) into its slot(s) before yielding."""
+    Each element first spends `cost[0]` units of the budget in `env[BUDGET_SLOT]`: one
+    subtraction per element, not one per evaluated node.
+    """
     if len(slots) == 1:
         (slot,) = slots
 
         def one(env: list[Any]) -> Any:
+            budget, step = env[BUDGET_SLOT], cost[0]
             for item in lookups.iterate(source(env), name):
-                _spend(env)
+                budget[0] -= step
+                if budget[0] < 0:
+                    raise CostExceeded()
                 env[slot] = item
                 yield item
 
@@ -44,17 +46,25 @@ def _loop(name: str, source: Program, slots: Sequence[int]) -> Callable[[list[An
     first, second = slots
 
     def two(env: list[Any]) -> Any:
+        budget, step = env[BUDGET_SLOT], cost[0]
         for key, item in lookups.iterate_pairs(source(env), name):
-            _spend(env)
+            budget[0] -= step
+            if budget[0] < 0:
+                raise CostExceeded()
             env[first], env[second] = key, item
             yield item
 
     return two
 
 
-def build(name: str, source: Program, slots: Sequence[int], bodies: Sequence[Program]) -> Program:
-    """The program for `source.<name>(vars..., bodies...)`; arguments were checked by the caller."""
-    loop = _loop(name, source, slots)
+def build(
+    name: str, source: Program, slots: Sequence[int], bodies: Sequence[Program], cost: list[int]
+) -> Program:
+    """The program for `source.<name>(vars..., bodies...)`; arguments were checked by the caller.
+
+    `cost` is a one-element cell: what each element costs (set once compilation has estimated it).
+    """
+    loop = _loop(name, source, slots, cost)
     if name in ("all", "exists"):
         return _quantifier(name, loop, bodies[0], decisive=name == "exists")
     if name in ("exists_one", "existsOne"):

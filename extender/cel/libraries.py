@@ -1,22 +1,31 @@
-"""The function tables of the DRA CEL environment.
+"""The function tables of the DRA CEL environment: exactly the functions upstream declares.
+
+Upstream is Kubernetes 1.36's `k8s.io/dynamic-resource-allocation/cel`: the Kubernetes base
+environment (`environment.MustBaseEnvSet`, k8s.io/apiserver/pkg/cel/environment/base.go) plus
+`ext.Bindings` (`cel.bind`) and DRA's `includes`. docs/cel.md has the audit table (function,
+upstream library, ours). Not declared upstream, so rejected here at compile time with cel-go's
+"undeclared reference" error: cel-go's math extension (`math.greatest`, ...), its lists extension
+(`slice`, `flatten`, `distinct`, `sort`, `reverse`, `lists.range`, ...), strings v3+ (`reverse`)
+and a quantity `mul`.
 
 Three tables map CEL names to Python callables with the argument counts they accept:
 `GLOBAL_FUNCTIONS` (`size(x)`, `quantity(s)`), `MEMBER_FUNCTIONS` (`x.size()`, `q.add(1)`, the
-receiver comes first) and `NAMESPACED_FUNCTIONS` (`math.greatest(...)`, `optional.of(x)`).
+receiver comes first) and `NAMESPACED_FUNCTIONS` (`sets.contains(a, b)`, `optional.of(x)`).
 `compiling.py` resolves every call against them at compile time, so an unknown function is an
 undeclared reference there, as in cel-go, and the arity is checked once. Callables receive
 evaluated arguments and raise `CelEvalError`; a `TypeError` escaping one is reported as
 "no matching overload" by the caller. All of them are pure, so calls with constant arguments
 are folded at compile time.
 
-The implementations live in `conversions`, `strings`, `lists`, `quantities`; this module adds
-the small ones: cel-go's math extension and the optional functions.
-Not provided: the IP/CIDR, URL, authz and format-validation libraries.
+`NOT_IMPLEMENTED` lists what upstream declares but this extender does not implement (URL, IP/CIDR,
+image, named-format and authorizer libraries, timestamp accessors, a few optional and two-variable
+macros): a selector using one gets a compile error that says so, not a misleading "undeclared".
+The implementations live in `conversions`, `strings`, `lists`, `quantities`; this module adds the
+optional functions.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +37,7 @@ from extender.cel.values import (
     NONE,
     CelEvalError,
     CelOptional,
-    check_int,
-    is_list,
     is_number,
-    less,
     no_overload,
 )
 
@@ -46,60 +52,6 @@ class Overload:
 
 def _o(function: Callable[..., Any], *arities: int) -> Overload:
     return Overload(function, frozenset(arities) if arities else None)
-
-
-def _math_extreme(function: str, pick_later: Callable[[Any, Any], bool]) -> Callable[..., Any]:
-    def pick(*args: Any) -> Any:
-        values = list(args[0]) if len(args) == 1 and is_list(args[0]) else list(args)
-        if not values or not all(is_number(v) for v in values):
-            raise no_overload(f"math.{function}", *args)
-        best = values[0]
-        for value in values[1:]:
-            if pick_later(value, best):
-                best = value
-        return best
-
-    return pick
-
-
-def _math_double(function: str, op: Callable[[float], Any]) -> Callable[[Any], Any]:
-    def apply(value: Any) -> Any:
-        if type(value) is not float:
-            raise no_overload(f"math.{function}", value)
-        return op(value)
-
-    return apply
-
-
-def _math_abs(value: Any) -> Any:
-    if type(value) is int:
-        return check_int(abs(value))
-    if is_number(value):
-        return type(value)(abs(value))
-    raise no_overload("math.abs", value)
-
-
-def _math_sign(value: Any) -> Any:
-    if not is_number(value):
-        raise no_overload("math.sign", value)
-    if type(value) is float and math.isnan(value):
-        return value
-    return type(value)((value > 0) - (value < 0))
-
-
-def _bits(function: str, op: Callable[..., int]) -> Callable[..., Any]:
-    def apply(*args: Any) -> Any:
-        if not all(type(a) is int for a in args):
-            raise no_overload(f"math.{function}", *args)
-        return check_int(op(*args))
-
-    return apply
-
-
-def _round_half_away(value: float) -> float:
-    if not math.isfinite(value):
-        return value
-    return float(math.floor(value + 0.5)) if value >= 0 else -float(math.floor(-value + 0.5))
 
 
 def optional_of(value: Any) -> CelOptional:
@@ -160,7 +112,6 @@ GLOBAL_FUNCTIONS: dict[str, Overload] = {
     "matches": _o(strings.matches, 2),
     "quantity": _o(quantities.quantity, 1),
     "isQuantity": _o(quantities.is_quantity, 1),
-    "sign": _o(quantities.sign, 1),
     "semver": _o(quantities.semver, 1, 2),
     "isSemver": _o(quantities.is_semver, 1, 2),
 }
@@ -183,23 +134,17 @@ MEMBER_FUNCTIONS: dict[str, Overload] = {
     "join": _o(strings.join, 0, 1),
     "substring": _o(strings.substring, 1, 2),
     "trim": _o(strings.trim, 0),
-    "reverse": _o(strings.reverse, 0),
     "format": _o(strings.format_string, 1),
     "isSorted": _o(lists.is_sorted, 0),
     "sum": _o(lists.list_sum, 0),
     "min": _o(lists.list_min, 0),
     "max": _o(lists.list_max, 0),
-    "slice": _o(lists.list_slice, 2),
-    "flatten": _o(lists.flatten, 0, 1),
-    "distinct": _o(lists.distinct, 0),
-    "sort": _o(lists.sort, 0),
     "includes": _o(lists.includes, 1),
     "compareTo": _o(quantities.compare_to, 1),
     "isGreaterThan": _o(quantities.is_greater_than, 1),
     "isLessThan": _o(quantities.is_less_than, 1),
     "add": _o(quantities.add, 1),
     "sub": _o(quantities.sub, 1),
-    "mul": _o(quantities.mul, 1),
     "sign": _o(quantities.sign, 0),
     "isInteger": _o(quantities.is_integer, 0),
     "asInteger": _o(quantities.as_integer, 0),
@@ -218,29 +163,32 @@ NAMESPACED_FUNCTIONS: dict[str, Overload] = {
     "optional.none": _o(optional_none, 0),
     "optional.ofNonZeroValue": _o(optional_of_non_zero, 1),
     "strings.quote": _o(strings.quote, 1),
-    "lists.range": _o(lists.lists_range, 1),
     "sets.contains": _o(lists.sets_function("contains"), 2),
     "sets.equivalent": _o(lists.sets_function("equivalent"), 2),
     "sets.intersects": _o(lists.sets_function("intersects"), 2),
-    "math.greatest": _o(_math_extreme("greatest", lambda a, b: less(b, a))),
-    "math.least": _o(_math_extreme("least", less)),
-    "math.abs": _o(_math_abs, 1),
-    "math.sign": _o(_math_sign, 1),
-    "math.ceil": _o(_math_double("ceil", lambda v: float(math.ceil(v)) if math.isfinite(v) else v), 1),
-    "math.floor": _o(_math_double("floor", lambda v: float(math.floor(v)) if math.isfinite(v) else v), 1),
-    "math.round": _o(_math_double("round", _round_half_away), 1),
-    "math.trunc": _o(_math_double("trunc", lambda v: float(math.trunc(v)) if math.isfinite(v) else v), 1),
-    "math.sqrt": _o(lambda v: math.sqrt(v) if v >= 0 else math.nan, 1),
-    "math.isNaN": _o(_math_double("isNaN", math.isnan), 1),
-    "math.isInf": _o(_math_double("isInf", math.isinf), 1),
-    "math.isFinite": _o(_math_double("isFinite", math.isfinite), 1),
-    "math.bitAnd": _o(_bits("bitAnd", lambda a, b: a & b), 2),
-    "math.bitOr": _o(_bits("bitOr", lambda a, b: a | b), 2),
-    "math.bitXor": _o(_bits("bitXor", lambda a, b: a ^ b), 2),
-    "math.bitNot": _o(_bits("bitNot", lambda a: ~a), 1),
-    "math.bitShiftLeft": _o(_bits("bitShiftLeft", lambda a, n: (a << n) if 0 <= n < 64 else 0), 2),
-    "math.bitShiftRight": _o(_bits("bitShiftRight", lambda a, n: (a % 2**64) >> n if 0 <= n < 64 else 0), 2),
 }
 
 #: The first component of every namespaced function (`math` in `math.greatest`), plus `cel`.
 NAMESPACES = frozenset({name.split(".", 1)[0] for name in NAMESPACED_FUNCTIONS} | {"cel"})
+
+#: Declared by upstream's environment but not implemented here: name -> the upstream library. Only
+#: the entry points: the member functions of URL, IP, CIDR, image and authorizer values cannot be
+#: reached without them (and the authorizer library has no variable in DRA's environment).
+NOT_IMPLEMENTED: dict[str, str] = {
+    **dict.fromkeys(("url", "isURL"), "Kubernetes URL library"),
+    **dict.fromkeys(("ip", "isIP", "cidr", "isCIDR"), "Kubernetes IP/CIDR library"),
+    **dict.fromkeys(("image", "isImage"), "Kubernetes image library"),
+    "validate": "Kubernetes format library",
+    **dict.fromkeys(
+        (
+            *("getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfWeek", "getDayOfYear"),
+            *("getHours", "getMinutes", "getSeconds", "getMilliseconds"),
+        ),
+        "CEL standard timestamp/duration accessors",
+    ),
+    **dict.fromkeys(("optMap", "optFlatMap", "unwrapOpt"), "CEL optional types"),
+    **dict.fromkeys(("transformList", "transformMap", "transformMapEntry"), "cel-go two-variable macros"),
+}
+
+#: Namespaces upstream declares functions in that this extender does not implement.
+NOT_IMPLEMENTED_NAMESPACES: dict[str, str] = {"format": "Kubernetes format library"}

@@ -1,6 +1,7 @@
 """List and set functions: Kubernetes' lists library (`isSorted`, `sum`, `min`, `max`,
-`indexOf`, `lastIndexOf`), cel-go's lists and sets extensions (`slice`, `flatten`, `distinct`,
-`sort`, `lists.range`, `sets.contains/equivalent/intersects`) and DRA's `includes`.
+`indexOf`, `lastIndexOf`), cel-go's sets extension (`sets.contains/equivalent/intersects`) and
+DRA's `includes`. cel-go's lists extension (`slice`, `flatten`, `sort`, `lists.range`, ...) is not
+part of Kubernetes' environment, so it is not here (see docs/cel.md).
 
 Membership and set tests use CEL equality (so `[1].includes(1.0)` holds), and ordering uses CEL's
 `<`, which refuses mixed types instead of guessing an order.
@@ -16,9 +17,7 @@ from celpy.celtypes import DurationType
 
 from extender.cel import strings
 from extender.cel.values import (
-    MAX_CONCATENATION,
     CelEvalError,
-    CostExceeded,
     add,
     equal,
     is_list,
@@ -80,48 +79,6 @@ def last_index_of(target: Any, item: Any, *rest: Any) -> int:
     if is_list(target) and not rest:
         return next((i for i in range(len(target) - 1, -1, -1) if equal(target[i], item)), -1)
     return strings.last_index_of(target, item, *rest)
-
-
-def list_slice(items: Any, start: Any, end: Any) -> list[Any]:
-    values = _comparable_list(items, "slice")
-    if type(start) is not int or type(end) is not int:
-        raise no_overload("slice", items, start, end)
-    if start < 0 or end < 0 or start > end or end > len(values):
-        raise CelEvalError(f"cannot slice({start}, {end}), list is length {len(values)}")
-    return values[start:end]
-
-
-def flatten(items: Any, depth: Any = 1) -> list[Any]:
-    values = _comparable_list(items, "flatten")
-    if type(depth) is not int or depth < 0:
-        raise CelEvalError("level must be non-negative")
-    out: list[Any] = []
-    for item in values:
-        out.extend(flatten(item, depth - 1) if is_list(item) and depth > 0 else [item])
-    return out
-
-
-def distinct(items: Any) -> list[Any]:
-    out: list[Any] = []
-    for item in _comparable_list(items, "distinct"):
-        if not any(equal(item, seen) for seen in out):
-            out.append(item)
-    return out
-
-
-def sort(items: Any) -> list[Any]:
-    values = _comparable_list(items, "sort")
-    for a, b in itertools.pairwise(values):
-        less(a, b)  # raises for mixed or unordered element types
-    return sorted(values)
-
-
-def lists_range(n: Any) -> list[int]:
-    if type(n) is not int:
-        raise no_overload("lists.range", n)
-    if n > MAX_CONCATENATION:
-        raise CostExceeded()
-    return list(range(n))
 
 
 def includes(value: Any, item: Any) -> bool:

@@ -26,12 +26,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Final
 
 import celpy
 import lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-__all__ = ["Issue", "SyntaxIssues", "format_issues", "parse", "position"]
+__all__ = ["Issue", "SyntaxIssues", "format_issues", "ident_name", "parse", "position", "unwrap"]
 
 _GRAMMAR_EDITS: tuple[tuple[str, str], ...] = (
     (
@@ -176,3 +177,26 @@ def format_issues(text: str, issues: Iterable[Issue]) -> str:
             block += f"\n | {snippet}\n | {marker}{hat}"
         blocks.append(block)
     return "\n".join(blocks)
+
+
+_PASS_THROUGH: Final = frozenset(
+    {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication", "unary", "member"}
+)
+
+
+def unwrap(tree: Any) -> Any:
+    """Skip the single-child chain nodes and parentheses, which carry no meaning of their own."""
+    while isinstance(tree, lark.Tree):
+        if (tree.data in _PASS_THROUGH and len(tree.children) == 1) or tree.data in ("primary", "paren_expr"):
+            tree = tree.children[0]
+        else:
+            break
+    return tree
+
+
+def ident_name(tree: Any) -> str | None:
+    """The name if `tree` is (after unwrapping) a plain identifier."""
+    node = unwrap(tree)
+    if isinstance(node, lark.Tree) and node.data == "ident":
+        return str(node.children[0])
+    return None

@@ -1,7 +1,7 @@
 """Kubernetes' CEL `quantity` and `semver` libraries (k8s.io/apiserver/pkg/cel/library).
 
 `quantity.go`: `quantity()`, `isQuantity()`, `sign`, `isInteger`, `asInteger`,
-`asApproximateFloat`, `add`/`sub` (quantity or int), `mul` (int), `compareTo`,
+`asApproximateFloat`, `add`/`sub` (quantity or int), `compareTo`,
 `isGreaterThan`, `isLessThan`. `semverlib.go`: `semver()`, `isSemver()` (both with the optional
 `normalize` flag), `major`/`minor`/`patch` and the same three comparisons. The comparison
 functions are shared by name between the two types, so each dispatches on its receiver.
@@ -78,13 +78,6 @@ def add(q: Any, other: Any) -> Quantity:
 def sub(q: Any, other: Any) -> Quantity:
     value = _quantity(q, "sub", other)
     return value - _operand(value, other, "sub")
-
-
-def mul(q: Any, factor: Any) -> Quantity:
-    value = _quantity(q, "mul", factor)
-    if type(factor) is not int:
-        raise no_overload("mul", q, factor)
-    return Quantity(value.exact * factor, value.fmt)
 
 
 def semver(s: Any, normalize: Any = False) -> Semver:

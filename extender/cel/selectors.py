@@ -1,7 +1,8 @@
 """Compiled device selectors and the compile cache: the public face of the CEL package.
 
 `compile_selector(text)` parses (`parsing.py`), checks and compiles (`compiling.py`) a selector
-once per distinct text. Results are kept in an LRU keyed by the text, failures included, so a
+once per distinct text, and refuses one whose estimated cost (`costs.py`) is over upstream's
+limit. Results are kept in an LRU keyed by the text, failures included, so a
 broken selector that every node's filter call meets is parsed once, not once per node; the
 scheduler plugin keeps a similar cache (`cel.NewCache`). The cache is shared by all threads:
 one lock guards it, compilation itself runs outside the lock, and when two threads compile the
@@ -18,7 +19,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from extender.cel.compiling import ITERATION_BUDGET, CompileIssues, Program, compile_tree
+from extender.cel.compiling import COST_BUDGET, CompileIssues, Program, compile_tree
+from extender.cel.costs import MAX_COST, TOO_COMPLEX
 from extender.cel.devices import DeviceInput
 from extender.cel.parsing import Issue, SyntaxIssues, format_issues, parse
 from extender.cel.values import EVAL_ERRORS, as_cel_error, type_name
@@ -49,7 +51,7 @@ class CompiledSelector:
         """
         env = self._template.copy()
         env[0] = device.root
-        env[1] = [ITERATION_BUDGET]
+        env[1] = [COST_BUDGET]
         try:
             result = self._program(env)
         except EVAL_ERRORS as exc:
@@ -125,10 +127,13 @@ def _compile(expression: str) -> CompiledSelector | str:
     if size > MAX_EXPRESSION_LENGTH:
         return f"expression too long: {size} bytes, more than the maximum of {MAX_EXPRESSION_LENGTH}"
     try:
-        program, slots = compile_tree(expression, parse(expression))
+        program, slots, cost = compile_tree(expression, parse(expression))
     except (SyntaxIssues, CompileIssues) as exc:
         return "compilation failed: " + format_issues(expression, exc.issues)
     except RecursionError:
         issue = Issue(1, 1, "expression recursion limit exceeded")
         return "compilation failed: " + format_issues(expression, [issue])
+    if cost > MAX_COST:
+        # API validation's verdict (upstream never lets such a selector into a claim or class).
+        return f"{TOO_COMPLEX} (estimated cost {cost}, limit {MAX_COST})"
     return CompiledSelector(expression, program, slots)

@@ -122,15 +122,6 @@ def trim(s: Any) -> str:
     return _text(s, "trim").strip()
 
 
-def reverse(value: Any) -> Any:
-    """`string.reverse()` (strings ext) and `list.reverse()` (lists ext)."""
-    if type(value) is str:
-        return value[::-1]
-    if is_list(value):
-        return list(reversed(value))
-    raise no_overload("reverse", value)
-
-
 def quote(s: Any) -> str:
     text = _text(s, "strings.quote")
     escapes = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}

@@ -57,7 +57,8 @@ class CostExceeded(CelEvalError):
         super().__init__(COST_EXCEEDED)
 
 
-#: The largest string, bytes or list a concatenation may build (a crude stand-in for CEL's cost model).
+#: The largest string, bytes or list a concatenation may build: a memory guard behind the cost budget
+#: (costs.py), for device data the compile-time estimate could not foresee.
 MAX_CONCATENATION: Final = 10_000_000
 
 

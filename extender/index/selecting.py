@@ -1,4 +1,4 @@
-"""Selector evaluation with per-device memoisation.
+"""Selector evaluation with per-device memoisation, bounded by an LRU of expressions.
 
 Each CEL expression is compiled once (by text, in `extender.cel`) and evaluated at most once per
 device object: the result, or the runtime error, is kept on the device itself. Device objects
@@ -6,27 +6,60 @@ live as long as their ResourceSlice is unchanged, so steady-state scheduling re-
 result and runs no CEL at all. A compile error is not cached per device (it is a property of the
 expression alone and `extender.cel` caches compilation).
 
+Bounded: only the `size` most recently used expressions keep results. Without a bound every
+distinct selector text ever seen stayed on every device it was evaluated against (+18 MiB after
+5,000 texts). Evicting an expression does not walk the devices: a device drops the results of
+evicted expressions when its own cache next grows past twice the size, so each device holds at
+most 2 x size results and dead devices need no bookkeeping. A stale result is never wrong (a
+device's result for a text cannot change while the device object lives), only kept a little longer.
+
 Concurrency: results are written by whichever thread evaluates; a race can only make two
-threads compute the same value, never a wrong one (dict assignment is atomic in CPython).
+threads compute the same value, never a wrong one (dict assignment is atomic in CPython). The
+LRU itself is guarded by a lock.
 """
 
 from __future__ import annotations
+
+import threading
+from collections import OrderedDict
 
 from extender import cel
 from extender.allocator.features import Features
 from extender.allocator.model import Device
 from extender.errors import CelRuntimeError
 
+#: Default number of expressions whose results are kept (`Settings.cel_result_cache_size`).
+RESULT_CACHE_SIZE = 128
+
+
+def set_result_cache_size(size: int) -> None:
+    """The size evaluators created from now on use (wiring calls this with the setting)."""
+    global RESULT_CACHE_SIZE
+    if size < 1:
+        raise ValueError(f"CEL result cache size must be at least 1, not {size}")
+    RESULT_CACHE_SIZE = size
+
 
 class CachingEvaluator:
     """`SelectorEvaluator` for the allocator, memoising results on the devices."""
 
-    def __init__(self, features: Features) -> None:
+    def __init__(self, features: Features, *, cache_size: int | None = None) -> None:
         self._features = features
+        self.cache_size = RESULT_CACHE_SIZE if cache_size is None else cache_size
+        if self.cache_size < 1:
+            raise ValueError(f"CEL result cache size must be at least 1, not {self.cache_size}")
+        self._recent: OrderedDict[str, None] = OrderedDict()  # expressions with results, oldest first
+        self._lock = threading.Lock()
         # Counters for metrics (read at scrape time by extender.telemetry); a race between
         # threads can lose an increment, which is harmless for monitoring.
         self.evaluations = 0  # CEL programs actually run (cache misses), including failed runs
         self.hits = 0  # results (or cached runtime errors) served from a device's cache
+        self.evictions = 0  # expressions dropped from the LRU
+
+    @property
+    def cached_expressions(self) -> int:
+        """How many expressions currently keep results (at most `cache_size`)."""
+        return len(self._recent)
 
     def device_input(self, device: Device) -> object:
         """The CEL `device` variable for a device, built once; raises CelRuntimeError if unusable."""
@@ -48,18 +81,42 @@ class CachingEvaluator:
 
     def evaluate(self, expression: str, device: Device) -> bool:
         """Evaluate one selector against one device (cached)."""
-        cached = device.selector_results.get(expression)
+        results = device.selector_results
+        cached = results.get(expression)
         if cached is not None:
             self.hits += 1
+            self._use(expression)
             if isinstance(cached, CelRuntimeError):
                 raise cached
             return bool(cached)
         compiled = cel.compile_selector(expression)
         self.evaluations += 1
+        self._use(expression)
+        if len(results) >= 2 * self.cache_size:
+            self._drop_evicted(results)
         try:
             result = compiled.evaluate(self.device_input(device))
         except CelRuntimeError as exc:
-            device.selector_results[expression] = exc
+            results[expression] = exc
             raise
-        device.selector_results[expression] = result
+        results[expression] = result
         return result
+
+    def _use(self, expression: str) -> None:
+        """Mark `expression` most recently used, evicting the least recently used beyond the size."""
+        with self._lock:
+            recent = self._recent
+            if expression in recent:
+                recent.move_to_end(expression)
+                return
+            recent[expression] = None
+            while len(recent) > self.cache_size:
+                recent.popitem(last=False)
+                self.evictions += 1
+
+    def _drop_evicted(self, results: dict[str, object]) -> None:
+        """Forget this device's results for expressions no longer in the LRU."""
+        recent = self._recent
+        for expression in list(results):  # a snapshot: another thread may write meanwhile
+            if expression not in recent:
+                results.pop(expression, None)

@@ -60,7 +60,7 @@ def test_all_undeclared_references_are_reported_in_source_order() -> None:
         "[1].map(device, device + 1) == [2]",
         "cel.bind(d, device.attributes['a'], size(d) == 0)",
         "type(1) == int && type('a') == string",
-        "math.greatest(1, 2) == 2 && optional.none().hasValue() == false",
+        "[1, 2].max() == 2 && optional.none().hasValue() == false",
         "strings.quote('a') == '\"a\"' && sets.contains([1], [1])",
         ".device.driver == 'x'",
     ],

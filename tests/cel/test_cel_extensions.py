@@ -1,6 +1,7 @@
 """Library functions beyond the core operators: strings (built-in and cel-go's ext.Strings),
-regular expressions, Kubernetes' lists library, cel-go's lists/sets/math extensions and the
-standard conversions."""
+regular expressions, Kubernetes' lists library, cel-go's sets extension and the standard
+conversions. (cel-go's lists and math extensions are not in upstream's environment: see
+test_cel_environment_audit.py.)"""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ Evaluate = Callable[..., bool]
         "'a,b'.split(',', 0) == [] && 'abc'.split('') == ['a', 'b', 'c']",
         "['a', 'b'].join() == 'ab' && ['a', 'b'].join('-') == 'a-b'",
         "'tacocat'.substring(4) == 'cat' && 'tacocat'.substring(0, 4) == 'taco'",
-        "'  \\ttrim\\n '.trim() == 'trim' && 'abc'.reverse() == 'cba'",
+        "'  \\ttrim\\n '.trim() == 'trim'",
         "strings.quote('a\"b\\n') == '\"a\\\\\"b\\\\n\"'",
         "'%s has %d GPUs, %.2f%% used'.format(['node', 8, 12.5]) == 'node has 8 GPUs, 12.50% used'",
         "'%x %X %o %b'.format([255, 255, 8, 5]) == 'ff FF 10 101'",
@@ -76,9 +77,6 @@ def test_regex(evaluate: Evaluate, expression: str) -> None:
         "[1, 2, 3].sum() == 6 && [1.5, 2.5].sum() == 4.0 && [].sum() == 0",
         "[3, 1, 2].min() == 1 && [3, 1, 2].max() == 3 && ['b', 'a'].min() == 'a'",
         "[1, 2, 1].indexOf(1) == 0 && [1, 2, 1].lastIndexOf(1) == 2 && [1].indexOf(9) == -1",
-        "[1, 2, 3, 4].slice(1, 3) == [2, 3] && [[1], [2, [3]]].flatten() == [1, 2, [3]]",
-        "[[1], [2, [3]]].flatten(2) == [1, 2, 3] && [1, 2, 1].distinct() == [1, 2]",
-        "[3, 1, 2].sort() == [1, 2, 3] && [1, 2].reverse() == [2, 1] && lists.range(3) == [0, 1, 2]",
         "sets.contains([1, 2, 3], [3, 1]) && !sets.contains([1], [2]) && sets.contains([1], [])",
         "sets.equivalent([1, 2, 2], [2, 1]) && !sets.equivalent([1], [1, 3])",
         "sets.intersects([1, 2], [2, 3]) && !sets.intersects([1], [2]) && sets.intersects([1], [1.0])",
@@ -91,23 +89,6 @@ def test_lists_and_sets(evaluate: Evaluate, expression: str) -> None:
 def test_min_of_an_empty_list_is_an_error(evaluate: Evaluate) -> None:
     with pytest.raises(CelRuntimeError, match="min called on empty list"):
         evaluate("[].min() == 0")
-
-
-@pytest.mark.parametrize(
-    "expression",
-    [
-        "math.greatest(1, 5, 3) == 5 && math.greatest([1, 7]) == 7 && math.least(2, -1) == -1",
-        "math.least([2.5, 1.5]) == 1.5 && math.greatest(1) == 1",
-        "math.abs(-3) == 3 && math.abs(-2.5) == 2.5 && math.sign(-7) == -1 && math.sign(0.5) == 1.0",
-        "math.ceil(1.2) == 2.0 && math.floor(1.8) == 1.0",
-        "math.round(2.5) == 3.0 && math.round(-2.5) == -3.0",
-        "math.trunc(-1.7) == -1.0 && math.isNaN(0.0 / 0.0) && math.isInf(1.0 / 0.0) && math.isFinite(1.0)",
-        "math.bitAnd(6, 3) == 2 && math.bitOr(4, 1) == 5 && math.bitXor(6, 3) == 5 && math.bitNot(0) == -1",
-        "math.bitShiftLeft(1, 4) == 16 && math.bitShiftRight(16, 2) == 4 && math.sqrt(16.0) == 4.0",
-    ],
-)
-def test_math(evaluate: Evaluate, expression: str) -> None:
-    assert evaluate(expression) is True
 
 
 @pytest.mark.parametrize(
