@@ -11,6 +11,8 @@ every node's pool list as a marker.
 
 Printed per size: nodes, slices, device rows, full build seconds, and the seconds to rebuild
 after one A100 node's counter slice changed (with the previous snapshot passed in).
+With --held: claims hold ~30% of the devices (2 per claim); printed are the seconds of the
+first `Placement.allocated_state()` (everything) and of the one after one claim is released.
 """
 
 from __future__ import annotations
@@ -186,12 +188,69 @@ def measure(nodes: int, *, partitions: bool = True, rebuild: bool = True) -> dic
     }
 
 
+def _claims(state: ClusterState, share: float = 0.3) -> list[Obj]:
+    """Allocated claims holding about `share` of the devices, two devices per claim."""
+    claims: list[Obj] = []
+    pairs: list[list[Obj]] = []
+    for raw in state.list("ResourceSlice"):
+        spec = raw["spec"]
+        devices = spec.get("devices") or []
+        held = devices[: int(len(devices) * share) // 2 * 2]
+        for i in range(0, len(held), 2):
+            pairs.append(
+                [{"request": "r", "driver": spec["driver"], "pool": spec["pool"]["name"], "device": d["name"]}
+                 for d in held[i : i + 2]]
+            )  # fmt: skip
+    for number, results in enumerate(pairs):
+        claims.append(
+            {
+                "kind": "ResourceClaim",
+                "metadata": {"name": f"claim-{number}", "namespace": "bench", "uid": f"uid-{number}"},
+                "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu"}}]}},
+                "status": {"allocation": {"devices": {"results": results}}},
+            }
+        )
+    return claims
+
+
+def measure_held(nodes: int) -> dict[str, float]:
+    from extender.assumed import AssumeCache
+    from extender.placement import Placement
+
+    state = ClusterState.from_objects(fleet(nodes))
+    claims = _claims(state)
+    for claim in claims:
+        state.upsert(claim)
+    placement = Placement(state, features=Features.from_gates(), assumed=AssumeCache())
+    placement.index()
+    started = time.perf_counter()
+    placement.allocated_state()
+    first = time.perf_counter() - started
+    released = copy.deepcopy(claims[len(claims) // 2])
+    released.pop("status")
+    state.upsert(released)
+    started = time.perf_counter()
+    placement.allocated_state()
+    one = time.perf_counter() - started
+    return {"nodes": nodes, "claims": len(claims), "first_s": first, "one_claim_s": one}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="250,500,1000,2000", help="comma-separated node counts")
     parser.add_argument("--no-partitions", action="store_true", help="H100 nodes only (no counters)")
     parser.add_argument("--full-only", action="store_true", help="skip the one-node rebuild")
+    parser.add_argument("--held", action="store_true", help="time allocated_state instead of the build")
     args = parser.parse_args(argv)
+    if args.held:
+        print(f"{'nodes':>6} {'claims':>7} {'first allocated_state s':>24} {'after one release s':>20}")
+        for size in (int(n) for n in args.nodes.split(",")):
+            row = measure_held(size)
+            print(
+                f"{row['nodes']:>6} {row['claims']:>7} {row['first_s']:>24.3f} {row['one_claim_s']:>20.4f}",
+                flush=True,
+            )
+        return 0
     print(f"{'nodes':>6} {'slices':>7} {'rows':>8} {'full build s':>13} {'one-node rebuild s':>19}")
     for size in (int(n) for n in args.nodes.split(",")):
         row = measure(size, partitions=not args.no_partitions, rebuild=not args.full_only)
