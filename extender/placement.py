@@ -182,9 +182,7 @@ class Placement:
     @staticmethod
     def _rows_held(index: DeviceIndex, devices: Iterable[DeviceID]) -> np.ndarray:
         """Index rows of the devices (a device on no node's rows has none)."""
-        rows_of = index.rows_of
-        found = [rows for rows in map(rows_of.get, devices) if rows is not None]
-        return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        return index.rows_of.rows_for(devices)
 
     def generation(self) -> tuple[int, int, int]:
         return self.state.devices_generation, self.state.claims_generation, self.assumed.version

@@ -27,8 +27,10 @@ their pairwise distances at `link_distance[link_offset[n]:]` (rows x rows, NaN w
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,68 @@ class SelectorMask:
 
     match: np.ndarray
     error: np.ndarray
+
+
+class RowsOf(Mapping[DeviceID, np.ndarray]):
+    """Device id -> its rows (int64 array, ascending), built at C speed from the row ids.
+
+    Most devices have one row (node-local), so the map keeps one int per device and makes the
+    one-element array on lookup; only devices on several nodes' rows (network-attached) keep
+    an array. A dict of arrays per device cost most of an incremental index build.
+    """
+
+    __slots__ = ("_multi", "_row")
+
+    def __init__(self, ids: list[DeviceID]) -> None:
+        self._row: dict[DeviceID, int] = dict(zip(ids, range(len(ids)), strict=True))
+        self._multi: dict[DeviceID, np.ndarray] = {}
+        if len(self._row) != len(ids):  # some devices are on several rows
+            counts = Counter(ids)
+            repeated = {device_id for device_id, n in counts.items() if n > 1}
+            rows: dict[DeviceID, list[int]] = {device_id: [] for device_id in repeated}
+            for row, device_id in enumerate(ids):
+                if device_id in repeated:
+                    rows[device_id].append(row)
+            self._multi = {device_id: np.asarray(r, dtype=np.int64) for device_id, r in rows.items()}
+
+    def __getitem__(self, device_id: DeviceID) -> np.ndarray:
+        multi = self._multi.get(device_id)
+        if multi is not None:
+            return multi
+        return np.array([self._row[device_id]], dtype=np.int64)
+
+    def get(self, device_id: DeviceID, default: Any = None) -> Any:  # type: ignore[override]
+        multi = self._multi.get(device_id)
+        if multi is not None:
+            return multi
+        row = self._row.get(device_id)
+        return default if row is None else np.array([row], dtype=np.int64)
+
+    def __contains__(self, device_id: object) -> bool:
+        return device_id in self._row
+
+    def __iter__(self) -> Iterator[DeviceID]:
+        return iter(self._row)
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def rows_for(self, device_ids: Iterable[DeviceID]) -> np.ndarray:
+        """All rows of the devices, concatenated (devices without rows add none)."""
+        single: list[int] = []
+        arrays: list[np.ndarray] = []
+        row_get, multi_get = self._row.get, self._multi.get
+        for device_id in device_ids:
+            multi = multi_get(device_id)
+            if multi is not None:
+                arrays.append(multi)
+                continue
+            row = row_get(device_id)
+            if row is not None:
+                single.append(row)
+        if arrays:
+            return np.concatenate([np.asarray(single, dtype=np.int64), *arrays])
+        return np.asarray(single, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +242,9 @@ class DeviceIndex:
         blocks = [self.blocks[name] for name in self.node_names]
         sizes = [len(block.devices) for block in blocks]
         self.row_node = np.repeat(np.arange(len(blocks), dtype=np.int32), sizes)
-        self.row_device = [device for block in blocks for device in block.devices]
-        self.row_special = np.fromiter((f for block in blocks for f in block.special), dtype=bool)
-        self.row_tainted = np.fromiter((f for block in blocks for f in block.tainted), dtype=bool)
+        self.row_device = list(chain.from_iterable(block.devices for block in blocks))
+        self.row_special = np.fromiter(chain.from_iterable(b.special for b in blocks), dtype=bool)
+        self.row_tainted = np.fromiter(chain.from_iterable(b.tainted for b in blocks), dtype=bool)
         self.node_start = np.zeros(len(blocks) + 1, dtype=np.int64)
         np.cumsum(sizes, out=self.node_start[1:])
         self.row_coords = (
@@ -197,10 +261,7 @@ class DeviceIndex:
                 matrices.append(block.links.ravel())
                 used += block.links.size
         self.link_distance = np.concatenate(matrices) if matrices else np.zeros(0)
-        rows_of: dict[DeviceID, list[int]] = {}
-        for row, device in enumerate(self.row_device):
-            rows_of.setdefault(device.id, []).append(row)
-        self.rows_of = {k: np.asarray(v, dtype=np.int64) for k, v in rows_of.items()}
+        self.rows_of = RowsOf([device.id for device in self.row_device])
 
     @property
     def cached_masks(self) -> int:

@@ -188,6 +188,15 @@ def assert_matches_oracle(index: DeviceIndex, features: Features) -> None:
         assert index.row_tainted[start:stop].tolist() == block.tainted
         rows += len(block.devices)
     assert index.num_rows == rows
+    expected_rows: dict[Any, list[int]] = {}
+    for row, device in enumerate(index.row_device):
+        expected_rows.setdefault(device.id, []).append(row)
+    assert len(index.rows_of) == len(expected_rows) and set(index.rows_of) == set(expected_rows)
+    for device_id, wanted in expected_rows.items():
+        assert index.rows_of[device_id].tolist() == wanted
+        assert index.rows_of.get(device_id).tolist() == wanted
+    assert index.rows_of.get(("no", "such", "device")) is None
+    assert sorted(index.rows_of.rows_for(expected_rows).tolist()) == list(range(index.num_rows))
 
 
 @pytest.mark.parametrize("features", [GATES_ON, GATES_OFF], ids=["partitionable", "no-partitionable"])
