@@ -57,15 +57,13 @@ class HeldLedger:
         relist, or the change log no longer reaches back): then every device may have changed.
         """
         touched: set[DeviceID] = set()
+        uids: set[Any] = set()  # uids whose claim's allocation came or went
         changes = (
             state.changes_since("ResourceClaim", self.generation) if self.generation is not None else None
         )
         if changes is None:
             self._rescan(state)
-            touched_all = True
         else:
-            touched_all = False
-            uids: set[Any] = set()
             for key, op in changes:
                 if op == ADDED:
                     self._rank[key] = self._next_rank
@@ -75,12 +73,10 @@ class HeldLedger:
             for namespace, name in dict.fromkeys(key for key, _ in changes):
                 claim = state.get("ResourceClaim", name, namespace)
                 uids.update(self._set_claim((namespace, name), claim, touched))
-            self._update_assumed(assumed, uids, touched)
-        if touched_all:
-            self._update_assumed(assumed, set(), touched)
+        self._update_assumed(assumed, uids, touched)
         self.generation = state.claims_generation
-        self._recompute_capacity(touched if not touched_all else set(self._consumed) | touched)
-        return None if touched_all else touched
+        self._recompute_capacity(touched if changes is not None else set(self._consumed))
+        return touched if changes is not None else None
 
     def _rescan(self, state: ClusterState) -> None:
         """Start over from every claim, re-using the parse of allocations seen before."""
