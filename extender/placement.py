@@ -22,7 +22,7 @@ import gc
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,21 +32,20 @@ from extender import feasibility, gang, scoring, telemetry
 from extender.allocator.allocating import SearchStats, allocate, validate_claims
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
+from extender.allocator.model import DeviceID
 from extender.allocator.pools import gather_pools
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec, parse_claim
 from extender.allocator.results import ClaimAllocation
 from extender.assumed import AssumeCache
 from extender.claims import (
-    AllocationMemo,
-    HeldDevices,
     PodClaims,
     allocation_fits_node,
     claim_ref,
-    collect_allocated,
     resolve_pod_claims,
 )
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationAborted, AllocationError, NodeScopedError
+from extender.held import HeldLedger
 from extender.index.snapshot import DeviceIndex, build_index
 from extender.scoring import BOUNDED, EXACT, FIRST_FIT, KernelPlan, ScoreBook
 from extender.topology import TopologyModel, TopologySettings
@@ -134,8 +133,7 @@ class Placement:
         self._allocated_key: tuple[int, int, int] | None = None
         self._allocated: AllocatedState = AllocatedState()
         self._free: np.ndarray = np.zeros(0, dtype=bool)
-        self._allocation_memo: AllocationMemo = {}
-        self._held_rows: dict[int, tuple[HeldDevices, int, np.ndarray]] = {}
+        self._ledger = HeldLedger()
         self._evaluations: OrderedDict[tuple[str, tuple[Any, ...], tuple[int, int, int]], PodEvaluation] = (
             OrderedDict()
         )
@@ -166,41 +164,45 @@ class Placement:
         return self._index
 
     def allocated_state(self) -> tuple[AllocatedState, np.ndarray]:
-        """Devices in use (allocated or assumed) and the matching `free` row mask."""
+        """Devices in use (allocated or assumed) and the matching `free` row mask.
+
+        Updated by the diff of each change: the ledger re-reads only the claims changed since it
+        last looked (and the assumed entries), and `free` changes only at the rows of devices
+        whose holdings changed. A new index generation (rows moved) or a ledger rescan rebuilds
+        `free` from the held devices. Both results are new objects; readers keep the old ones.
+        """
         index = self.index()
         active = self.assumed.active()
         key = (index.generation, self.state.claims_generation, self.assumed.version)
         if key != self._allocated_key:
-            collected = collect_allocated(self.state.list("ResourceClaim"), active, self._allocation_memo)
+            touched = self._ledger.update(self.state, active)
+            collected = self._ledger.allocated()
             self._allocated = AllocatedState(
                 devices=collected.devices,
                 shared_ids=collected.shared_ids,
                 aggregated_capacity=collected.aggregated_capacity,
             )
-            free = np.ones(index.num_rows, dtype=bool)
-            rows = [self._rows_held(index, key, entry[1]) for key, entry in self._allocation_memo.items()]
-            if rows:
-                free[np.concatenate(rows)] = False
+            same_rows = self._allocated_key is not None and self._allocated_key[0] == index.generation
+            if touched is None or not same_rows or len(self._free) != index.num_rows:
+                free = np.ones(index.num_rows, dtype=bool)
+                free[self._rows_held(index, self._ledger.held)] = False
+            elif touched:
+                free = self._free.copy()
+                held = self._ledger.held
+                for device_id in touched:
+                    rows = index.rows_of.get(device_id)
+                    if rows is not None:
+                        free[rows] = device_id not in held
+            else:
+                free = self._free
             self._free = free
             self._allocated_key = key
         return self._allocated, self._free
 
-    def _rows_held(self, index: DeviceIndex, key: int, held: HeldDevices) -> np.ndarray:
-        """Index rows of one allocation's devices, cached per allocation and index generation.
-
-        `key` is the allocation's id in the allocation memo, which keeps the object alive, so
-        the id cannot be re-used while the entry exists; stale entries are dropped here too.
-        """
-        cached = self._held_rows.get(key)
-        if cached is not None and cached[0] is held and cached[1] == index.generation:
-            return cached[2]
-        found = [index.rows_of.get(d) for d in (*held.devices, *(d for d, _, _ in held.shares))]
-        present = [r for r in found if r is not None]
-        rows = np.concatenate(present) if present else np.zeros(0, dtype=np.int64)
-        self._held_rows[key] = (held, index.generation, rows)
-        if len(self._held_rows) > 2 * len(self._allocation_memo) + 64:
-            self._held_rows = {k: v for k, v in self._held_rows.items() if k in self._allocation_memo}
-        return rows
+    @staticmethod
+    def _rows_held(index: DeviceIndex, devices: Iterable[DeviceID]) -> np.ndarray:
+        """Index rows of the devices (a device on no node's rows has none)."""
+        return index.rows_of.rows_for(devices)
 
     def current_index(self) -> DeviceIndex | None:
         """The device index as last built, without building one (for /metrics on the event loop)."""

@@ -1,4 +1,4 @@
-"""Gather the resource pools usable from one node (spec dra.md §3.2).
+"""Gather the resource pools usable from one node (spec dra.md §3.2), linear in the cluster.
 
 A pool is complete when all `resourceSliceCount` slices of its newest generation are present,
 obsolete when some slice of a newer generation exists elsewhere (the pool is ignored),
@@ -6,22 +6,32 @@ incomplete otherwise (kept as a marker: `All` requests fail on it), and invalid 
 contradict each other (duplicate device names, unknown counter sets). The order of the result
 is the first-fit search order: pools without binding-condition devices first, each group sorted
 by driver then pool name; slices by name; devices as listed.
+
+Upstream gathers per node over every slice, which is quadratic in a cluster where every node
+publishes a counter slice (a counter slice is relevant to every node). Here the node-independent
+part is computed once per pool (`PoolFacts`): which slices are relevant everywhere, which only to
+some nodes, generations, counter sets and the validation results. `PoolCatalog` then gives each
+node only the pools its own slices touch, re-built per node, plus one shared tuple of the pools
+every node sees the same way (`NodePools`). The result is exactly upstream's per-node list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, overload
 
 from extender.allocator.features import Features
 from extender.allocator.model import PoolID, Slice
 from extender.allocator.nodeselection import Node, node_matches
 from extender.quantity import Quantity
 
+CounterSets = dict[str, dict[str, Quantity]]
+
 
 @dataclass(slots=True)
 class Pool:
-    """One pool as seen from one node."""
+    """One pool as seen from one node. Shared by reference between nodes that see it alike."""
 
     id: PoolID
     incomplete: bool = False
@@ -29,11 +39,20 @@ class Pool:
     invalid_reason: str = ""
     slices: list[Slice] = field(default_factory=list)  # device slices targeting the node
     slices_not_targeting_node: list[Slice] = field(default_factory=list)
-    counter_sets: dict[str, dict[str, Quantity]] = field(default_factory=dict)
+    counter_sets: CounterSets = field(default_factory=dict)
+    # Cache of `has_binding_conditions` (pools are not changed after they are built).
+    _binding: bool | None = field(default=None, repr=False, compare=False)
 
     @property
     def has_binding_conditions(self) -> bool:
-        return any(d.binding_conditions for s in self.slices for d in s.devices)
+        if self._binding is None:
+            self._binding = any(d.binding_conditions for s in self.slices for d in s.devices)
+        return self._binding
+
+
+def search_key(pool: Pool) -> tuple[bool, PoolID]:
+    """Where a pool goes in the search order: binding-condition pools last, then by id."""
+    return pool.has_binding_conditions, pool.id
 
 
 def slice_is_relevant(slice_: Slice, node: Node | None, features: Features) -> bool:
@@ -54,6 +73,334 @@ def slice_is_relevant(slice_: Slice, node: Node | None, features: Features) -> b
     return False  # some future selection mechanism we do not understand
 
 
+# How a slice's relevance depends on the node (the same decisions as `slice_is_relevant`).
+_NOWHERE, _EVERYWHERE, _NAMED, _SELECTED = range(4)
+
+
+def _reach(slice_: Slice, features: Features) -> tuple[int, tuple[str, ...]]:
+    """(kind, node names): relevant nowhere, everywhere, to the named nodes only, or per selector."""
+    if not features.partitionable_devices and (slice_.per_device_node_selection or slice_.shared_counters):
+        return _NOWHERE, ()
+    if slice_.shared_counters:
+        return _EVERYWHERE, ()
+    if slice_.node_name:
+        return _NAMED, (slice_.node_name,)
+    if slice_.all_nodes:
+        return _EVERYWHERE, ()
+    if slice_.node_selector is not None:
+        return _SELECTED, ()
+    if slice_.per_device_node_selection:
+        if any(not d.node_name and d.all_nodes for d in slice_.devices):
+            return _EVERYWHERE, ()
+        if any(not d.node_name and d.node_selector is not None for d in slice_.devices):
+            return _SELECTED, ()
+        names = tuple(dict.fromkeys(d.node_name for d in slice_.devices if d.node_name))
+        return (_NAMED, names) if names else (_NOWHERE, ())
+    return _NOWHERE, ()
+
+
+class PoolFacts:
+    """The node-independent part of one pool: computed once per pool, re-used while it is unchanged.
+
+    `slices` are all slices of the pool in cluster order (also the ones no node can use: they
+    still count for the obsolete/incomplete check). `gather` is spec steps 3-6 for one node's
+    relevant slices; its results are memoised by the set of relevant slices, so every node that
+    sees the pool alike gets the same Pool object.
+    """
+
+    __slots__ = (
+        "_counter_sets",
+        "_gathered",
+        "_position",
+        "_problems",
+        "builds",
+        "by_generation",
+        "everywhere",
+        "features",
+        "id",
+        "key",
+        "max_generation",
+        "named",
+        "selected",
+        "slices",
+    )
+
+    def __init__(self, pool_id: PoolID, slices: Sequence[Slice], features: Features) -> None:
+        self.id = pool_id
+        self.features = features
+        self.slices = tuple(slices)
+        self.key = tuple(id(s) for s in self.slices)  # the slices are held, so ids stay unique
+        self.everywhere: list[Slice] = []
+        self.named: dict[str, list[Slice]] = {}
+        self.selected: list[Slice] = []
+        self.by_generation: dict[int, list[Slice]] = {}
+        for slice_ in self.slices:
+            self.by_generation.setdefault(slice_.generation, []).append(slice_)
+            kind, names = _reach(slice_, features)
+            if kind == _EVERYWHERE:
+                self.everywhere.append(slice_)
+            elif kind == _SELECTED:
+                self.selected.append(slice_)
+            elif kind == _NAMED:
+                for name in names:
+                    self.named.setdefault(name, []).append(slice_)
+        self.max_generation: int | None = max(self.by_generation, default=None)
+        self._position = {id(s): i for i, s in enumerate(self.slices)}
+        self._gathered: dict[tuple[int, ...], tuple[tuple[Slice, ...], Pool | None]] = {}
+        self._counter_sets: dict[tuple[int, ...], tuple[tuple[Slice, ...], CounterSets, str]] = {}
+        self._problems: dict[tuple[int, int], tuple[Slice, str]] = {}
+        self.builds = 0  # pool builds done (not memo hits): the linearity tests count them
+
+    # ----------------------------------------------------------------- per node
+    def relevant_for(self, name: str, node: Node | None) -> list[Slice] | None:
+        """The slices relevant to the node in cluster order; None if it sees only `everywhere`."""
+        own = self.named.get(name, [])
+        if self.selected:
+            own = own + [s for s in self.selected if slice_is_relevant(s, node, self.features)]
+        if not own:
+            return None
+        if not self.everywhere and len(own) == 1:
+            return own
+        position = self._position
+        return sorted([*self.everywhere, *own], key=lambda s: position[id(s)])
+
+    def shared_view(self) -> Pool | None:
+        """The pool as seen by every node without slices of its own in it (None: not seen)."""
+        return self.gather(self.everywhere) if self.everywhere else None
+
+    def gather(self, relevant: Sequence[Slice]) -> Pool | None:
+        """Spec §3.2 steps 3-6 for this pool given a node's relevant slices (cluster order).
+
+        Returns None when the pool is obsolete for the node (it is then left out).
+        """
+        key = tuple(id(s) for s in relevant)
+        memo = self._gathered.get(key)
+        if memo is not None:
+            return memo[1]
+        pool = self._gather(relevant)
+        self._gathered[key] = (tuple(relevant), pool)  # holding the slices keeps the key's ids unique
+        return pool
+
+    def _gather(self, relevant: Sequence[Slice]) -> Pool | None:
+        generation = max(s.generation for s in relevant)
+        group = [s for s in relevant if s.generation == generation]
+        expected = group[0].resource_slice_count
+        all_for_pool: list[Slice] | None = None
+        if len(group) != expected:
+            if self.max_generation is not None and generation < self.max_generation:
+                return None  # obsolete: the driver is replacing this generation
+            all_for_pool = self.by_generation.get(generation, [])
+            if len(all_for_pool) != expected:
+                return Pool(id=self.id, incomplete=True)
+        self.builds += 1
+        return self._build(group, all_for_pool)
+
+    def _build(self, group: list[Slice], all_for_pool: list[Slice] | None) -> Pool:
+        slices = sorted(group, key=lambda s: s.name)
+        partitionable = self.features.partitionable_devices
+        if partitionable:
+            counter_slices = [s for s in slices if s.shared_counters]
+            device_slices = [s for s in slices if not s.shared_counters]
+        else:
+            counter_slices, device_slices = [], slices
+
+        seen: set[str] = set()
+        for slice_ in device_slices:
+            for device in slice_.devices:
+                if device.name in seen:
+                    return Pool(
+                        id=self.id, invalid=True, invalid_reason=f"duplicate device name {device.name}"
+                    )
+                seen.add(device.name)
+        if not partitionable:
+            return Pool(id=self.id, slices=device_slices)
+
+        counter_sets, reason = self._counter_sets_of(counter_slices)
+        if reason:
+            return Pool(id=self.id, invalid=True, invalid_reason=reason)
+        reason = self._consumption_problem(counter_sets, slices)
+        if reason:
+            return Pool(id=self.id, invalid=True, invalid_reason=reason)
+
+        not_targeting: list[Slice] = []
+        if all_for_pool is not None and len(all_for_pool) != len(slices):
+            names = {s.name for s in slices}
+            not_targeting = [s for s in all_for_pool if s.name not in names]
+            reason = self._consumption_problem(counter_sets, not_targeting)
+            if reason:
+                return Pool(id=self.id, invalid=True, invalid_reason=reason)
+        return Pool(
+            id=self.id,
+            slices=device_slices,
+            slices_not_targeting_node=not_targeting,
+            counter_sets=counter_sets,
+        )
+
+    def _counter_sets_of(self, counter_slices: list[Slice]) -> tuple[CounterSets, str]:
+        """The pool's counter sets from its counter slices (sorted by name), or a duplicate's reason.
+
+        Memoised: the counter slices of one generation are the same for every node, and sharing
+        the dict keeps one per pool (the allocator copies it before subtracting).
+        """
+        key = tuple(id(s) for s in counter_slices)
+        memo = self._counter_sets.get(key)
+        if memo is not None:
+            return memo[1], memo[2]
+        counter_sets: CounterSets = {}
+        reason = ""
+        for slice_ in counter_slices:
+            for name, counters in slice_.shared_counters:
+                if name in counter_sets:
+                    reason = f"duplicate counter set name {name}"
+                    break
+                counter_sets[name] = counters
+            if reason:
+                break
+        self._counter_sets[key] = (tuple(counter_slices), counter_sets, reason)
+        return counter_sets, reason
+
+    def _consumption_problem(self, counter_sets: CounterSets, slices: Iterable[Slice]) -> str:
+        """The first unknown counter set or counter consumed by the slices' devices ("" if none)."""
+        for slice_ in slices:
+            key = (id(slice_), id(counter_sets))  # counter_sets is held by `_counter_sets`
+            memo = self._problems.get(key)
+            if memo is None:
+                memo = (slice_, _counter_consumption_problem(counter_sets, (slice_,)))
+                self._problems[key] = memo
+            if memo[1]:
+                return memo[1]
+        return ""
+
+
+class NodePools(Sequence[Pool]):
+    """One node's pools in search order: its own pools merged into the cluster's shared tuple.
+
+    `own` are the pools the node's slices touch (built for it), `hidden` the ids of those pools
+    (also when the node sees the pool as obsolete), `shared` the pools every other node sees
+    alike, in search order with `shared_keys`. Iterating merges them in O(len(shared) + len(own));
+    nothing is copied per node, so the index holds each shared marker once.
+    """
+
+    __slots__ = ("hidden", "own", "own_keys", "shared", "shared_keys")
+
+    def __init__(
+        self,
+        own: Sequence[Pool],
+        hidden: frozenset[PoolID] | set[PoolID],
+        shared: tuple[Pool, ...],
+        shared_keys: tuple[tuple[bool, PoolID], ...],
+    ) -> None:
+        order = sorted(range(len(own)), key=lambda i: search_key(own[i]))
+        self.own = tuple(own[i] for i in order)
+        self.own_keys = tuple(search_key(p) for p in self.own)
+        self.hidden = hidden
+        self.shared = shared
+        self.shared_keys = shared_keys
+
+    def __iter__(self) -> Iterator[Pool]:
+        own, own_keys, hidden = self.own, self.own_keys, self.hidden
+        if not own and not hidden:
+            yield from self.shared
+            return
+        i = 0
+        for pool, key in zip(self.shared, self.shared_keys, strict=True):
+            while i < len(own) and own_keys[i] < key:
+                yield own[i]
+                i += 1
+            if pool.id not in hidden:
+                yield pool
+        yield from own[i:]
+
+    def __len__(self) -> int:
+        if not self.hidden:
+            return len(self.shared) + len(self.own)
+        return len(self.own) + sum(1 for p in self.shared if p.id not in self.hidden)
+
+    @overload
+    def __getitem__(self, item: int) -> Pool: ...
+    @overload
+    def __getitem__(self, item: slice) -> list[Pool]: ...
+    def __getitem__(self, item: Any) -> Any:
+        return list(self)[item]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NodePools | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"NodePools({list(self)!r})"
+
+
+class PoolCatalog:
+    """Every pool of the cluster, node-independent parts done once (see module docstring).
+
+    Built from all parsed slices in cluster order; `previous` lends the PoolFacts (and with them
+    the memoised Pool objects) of pools whose slices are the very same objects.
+    """
+
+    def __init__(
+        self, slices: Iterable[Slice], features: Features, previous: PoolCatalog | None = None
+    ) -> None:
+        self.features = features
+        by_pool: dict[PoolID, list[Slice]] = {}
+        for slice_ in slices:
+            by_pool.setdefault(slice_.pool_id, []).append(slice_)
+        self.by_pool = by_pool
+        reuse = previous.facts if previous is not None and previous.features == features else {}
+        self.facts: dict[PoolID, PoolFacts] = {}
+        self.named: dict[str, list[PoolFacts]] = {}  # node name -> pools with slices naming it
+        self.selected: list[PoolFacts] = []  # pools with slices that need a node-selector match
+        self.reused = 0
+        self._builds_before = 0  # builds the re-used facts did for earlier catalogs
+        shared: list[Pool] = []
+        for pool_id, members in by_pool.items():
+            facts = reuse.get(pool_id)
+            if facts is not None and facts.key == tuple(id(s) for s in members):
+                self.reused += 1
+                self._builds_before += facts.builds
+            else:
+                facts = PoolFacts(pool_id, members, features)
+            self.facts[pool_id] = facts
+            for name in facts.named:
+                self.named.setdefault(name, []).append(facts)
+            if facts.selected:
+                self.selected.append(facts)
+            view = facts.shared_view()
+            if view is not None:
+                shared.append(view)
+        shared.sort(key=search_key)
+        self.shared: tuple[Pool, ...] = tuple(shared)
+        self.shared_keys = tuple(search_key(p) for p in self.shared)
+        #: Shared pools whose devices every node can use (they give rows), and shared invalid pools.
+        self.shared_with_devices = tuple(
+            p for p in self.shared if p.slices and not p.invalid and not p.incomplete
+        )
+        self.shared_invalid = frozenset(p.id for p in self.shared if p.invalid)
+
+    def pools_for(self, name: str, node: Node | None) -> NodePools:
+        """The node's pools, exactly as upstream's per-node gather would list them."""
+        own: list[Pool] = []
+        hidden: set[PoolID] = set()
+        candidates = self.named.get(name, ())
+        if self.selected:
+            candidates = list(dict.fromkeys([*candidates, *self.selected]))
+        for facts in candidates:
+            relevant = facts.relevant_for(name, node)
+            if relevant is None:
+                continue
+            hidden.add(facts.id)
+            pool = facts.gather(relevant)
+            if pool is not None:
+                own.append(pool)
+        return NodePools(own, hidden, self.shared, self.shared_keys)
+
+    @property
+    def builds(self) -> int:
+        """Pool builds done for this catalog so far (memo hits and earlier catalogs' do not count)."""
+        return sum(f.builds for f in self.facts.values()) - self._builds_before
+
+
 def gather_pools(
     candidate_slices: Iterable[Slice],
     node: Node | None,
@@ -61,7 +408,7 @@ def gather_pools(
     *,
     all_slices_of_pool: dict[PoolID, Sequence[Slice]],
 ) -> list[Pool]:
-    """Pools usable from `node`, in search order.
+    """Pools usable from `node`, in search order (the one-node form, for callers without an index).
 
     Args:
         candidate_slices: slices that may be relevant for the node (a superset is fine).
@@ -71,80 +418,18 @@ def gather_pools(
     """
     grouped: dict[PoolID, list[Slice]] = {}
     for slice_ in candidate_slices:
-        if not slice_is_relevant(slice_, node, features):
-            continue
-        current = grouped.get(slice_.pool_id)
-        if current is None or slice_.generation > current[0].generation:
-            grouped[slice_.pool_id] = [slice_]
-        elif slice_.generation == current[0].generation:
-            current.append(slice_)
-
-    plain: list[Pool] = []
-    with_binding_conditions: list[Pool] = []
-    for pool_id, slices in grouped.items():
-        generation = slices[0].generation
-        expected = slices[0].resource_slice_count
-        all_for_pool: list[Slice] | None = None
-        if len(slices) != expected:
-            siblings = all_slices_of_pool.get(pool_id, ())
-            if any(s.generation > generation for s in siblings):
-                continue  # obsolete: the driver is replacing this generation
-            all_for_pool = [s for s in siblings if s.generation == generation]
-            if len(all_for_pool) != expected:
-                plain.append(Pool(id=pool_id, incomplete=True))
-                continue
-        pool = _build_pool(pool_id, slices, features, all_for_pool)
-        (with_binding_conditions if pool.has_binding_conditions else plain).append(pool)
-
-    plain.sort(key=lambda p: p.id)
-    with_binding_conditions.sort(key=lambda p: p.id)
-    return plain + with_binding_conditions
+        if slice_is_relevant(slice_, node, features):
+            grouped.setdefault(slice_.pool_id, []).append(slice_)
+    pools = []
+    for pool_id, relevant in grouped.items():
+        pool = PoolFacts(pool_id, all_slices_of_pool.get(pool_id, ()), features).gather(relevant)
+        if pool is not None:
+            pools.append(pool)
+    pools.sort(key=search_key)
+    return pools
 
 
-def _build_pool(
-    pool_id: PoolID, slices: list[Slice], features: Features, all_for_pool: list[Slice] | None
-) -> Pool:
-    slices = sorted(slices, key=lambda s: s.name)
-    if features.partitionable_devices:
-        counter_slices = [s for s in slices if s.shared_counters]
-        device_slices = [s for s in slices if not s.shared_counters]
-    else:
-        counter_slices, device_slices = [], slices
-
-    seen: set[str] = set()
-    for slice_ in device_slices:
-        for device in slice_.devices:
-            if device.name in seen:
-                return Pool(id=pool_id, invalid=True, invalid_reason=f"duplicate device name {device.name}")
-            seen.add(device.name)
-    if not features.partitionable_devices:
-        return Pool(id=pool_id, slices=device_slices)
-
-    counter_sets: dict[str, dict[str, Quantity]] = {}
-    for slice_ in counter_slices:
-        for name, counters in slice_.shared_counters:
-            if name in counter_sets:
-                return Pool(id=pool_id, invalid=True, invalid_reason=f"duplicate counter set name {name}")
-            counter_sets[name] = counters
-    reason = _counter_consumption_problem(counter_sets, slices)
-    if reason:
-        return Pool(id=pool_id, invalid=True, invalid_reason=reason)
-
-    not_targeting: list[Slice] = []
-    if all_for_pool is not None and len(all_for_pool) != len(slices):
-        names = {s.name for s in slices}
-        not_targeting = [s for s in all_for_pool if s.name not in names]
-        reason = _counter_consumption_problem(counter_sets, not_targeting)
-        if reason:
-            return Pool(id=pool_id, invalid=True, invalid_reason=reason)
-    return Pool(
-        id=pool_id, slices=device_slices, slices_not_targeting_node=not_targeting, counter_sets=counter_sets
-    )
-
-
-def _counter_consumption_problem(
-    counter_sets: dict[str, dict[str, Quantity]], slices: Iterable[Slice]
-) -> str:
+def _counter_consumption_problem(counter_sets: CounterSets, slices: Iterable[Slice]) -> str:
     for slice_ in slices:
         for device in slice_.devices:
             for set_name, counters in device.consumes_counters:

@@ -11,10 +11,16 @@ Two generations are kept because they invalidate different things:
   (the device index and CEL masks depend on them);
 - `claims_generation` changes with ResourceClaims, ResourceClaimTemplates, Pods and Namespaces
   (the allocated-device state and pod claim resolution depend on them).
+
+Claim-side changes are also logged by key (`changed_since`), so a reader can update what it
+derived from them (e.g. the devices held by allocated claims) by the diff instead of a rescan.
+The log is bounded; a reader that fell further behind, or asks across a relist, gets None and
+rescans.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -37,6 +43,11 @@ DEVICE_KINDS: frozenset[str] = frozenset({"Node", "ResourceSlice", "DeviceClass"
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped kinds
 
+#: Claim-side changes kept in the change log; half are dropped when it grows past this.
+CHANGE_LOG_LIMIT = 8192
+#: Change-log ops (`ClusterState.changes_since`).
+ADDED, UPDATED, DELETED = "added", "updated", "deleted"
+
 
 def object_key(obj: Obj) -> Key:
     """(namespace, name) of a raw object; cluster-scoped kinds get namespace ""."""
@@ -52,6 +63,11 @@ class ClusterState:
         self._objects: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
         self.devices_generation = 0
         self.claims_generation = 0
+        # (claims_generation after the change, kind, key, op), one entry per claim-side change;
+        # op is ADDED (a new key: it goes last in iteration order), UPDATED or DELETED.
+        self._log: list[tuple[int, str, Key, str]] = []
+        self._log_floor = 0  # the log holds every change after this claims generation...
+        self._relisted: dict[str, int] = {}  # ...except for kinds relisted (replaced) since
 
     @classmethod
     def from_objects(cls, objects: Iterable[Obj]) -> ClusterState:
@@ -67,24 +83,61 @@ class ClusterState:
         """Both generations; any change to either changes this value."""
         return self.devices_generation, self.claims_generation
 
-    def _bump(self, kind: str) -> None:
+    def _bump(self, kind: str, key: Key | None = None, op: str = "") -> None:
+        """Count a change; a claim-side change of one object (`key`) is logged, a relist is not."""
         if kind in DEVICE_KINDS:
             self.devices_generation += 1
-        else:
-            self.claims_generation += 1
+            return
+        self.claims_generation += 1
+        if key is None:
+            self._relisted[kind] = self.claims_generation
+            return
+        self._log.append((self.claims_generation, kind, key, op))
+        if len(self._log) > CHANGE_LOG_LIMIT:
+            drop = len(self._log) // 2
+            self._log_floor = self._log[drop - 1][0]
+            del self._log[:drop]
+
+    def changed_since(self, kind: str, generation: int) -> set[Key] | None:
+        """Keys of `kind` objects upserted or deleted after claims generation `generation`.
+
+        For claim-side kinds only. None when the log cannot tell (it no longer reaches back that
+        far, the kind was relisted since, or the generation is not one this state has had): the
+        caller must rescan the kind.
+        """
+        changes = self.changes_since(kind, generation)
+        return None if changes is None else {key for key, _ in changes}
+
+    def changes_since(self, kind: str, generation: int) -> list[tuple[Key, str]] | None:
+        """Like `changed_since`, but every change in order, with its op (ADDED/UPDATED/DELETED).
+
+        ADDED marks a key that was not present: it then iterates last, which lets a reader keep
+        the state's iteration order without reading every key.
+        """
+        if kind in DEVICE_KINDS:
+            raise ValueError(f"{kind} changes are not logged (only claim-side kinds are)")
+        if generation < self._log_floor or generation > self.claims_generation:
+            return None
+        if self._relisted.get(kind, -1) > generation:
+            return None
+        start = bisect_right(self._log, generation, key=lambda entry: entry[0])
+        return [(key, op) for _, changed, key, op in self._log[start:] if changed == kind]
 
     def upsert(self, obj: Obj) -> None:
         """Add or replace one object. The object must carry `kind`; it is stored, not copied."""
         kind = obj["kind"]
-        self._objects[kind][object_key(obj)] = obj
-        self._bump(kind)
+        key = object_key(obj)
+        objects = self._objects[kind]
+        op = UPDATED if key in objects else ADDED
+        objects[key] = obj
+        self._bump(kind, key, op)
 
     def delete(self, kind: str, name: str, namespace: str = "") -> Obj | None:
         """Remove one object; returns it, or None if it was not there."""
         key = ("" if kind in CLUSTER_SCOPED else namespace or "default", name)
         removed = self._objects[kind].pop(key, None)
         if removed is not None:
-            self._bump(kind)
+            self._bump(kind, key, DELETED)
         return removed
 
     def replace_kind(self, kind: str, objects: Iterable[Obj]) -> None:

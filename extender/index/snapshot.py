@@ -2,10 +2,13 @@
 
 Built from a ClusterState whenever its `devices_generation` changes; readers hold a snapshot
 that never changes in place. Parsed slices (and with them the per-device CEL caches) are carried
-over from the previous snapshot when the raw slice object is unchanged, and so is each node's
-block (its pools and rows) while the node, its slices, the pools they belong to and the
-network-attached slices are unchanged. A change to one node-local slice therefore re-parses
-that slice and re-gathers that node's pools; the rest is array concatenation.
+over from the previous snapshot when the raw slice object is unchanged. Pools are gathered once
+per pool, not once per node (`extender.allocator.pools.PoolCatalog`): a pool whose slices are
+unchanged keeps its facts and Pool objects, and each node is given only the pools its own slices
+touch plus one shared tuple of the pools every node sees alike (e.g. other nodes' counter-only
+pool markers). A node's block (its rows) is re-used while the node object and the pools that give
+it devices are the same objects, so a change to one node-local slice, counter slice included,
+re-parses that slice and rebuilds that node's block only; the rest is array concatenation.
 
 Rows: one row per (node, device the node can use), in the allocator's search order for that
 node (pools by driver/pool name, slices by name, devices as listed). A network-attached device
@@ -18,13 +21,16 @@ appears once per node that can reach it. Columns:
 - `row_coords` (int32, rows x 4): topology coordinates per level (`extender.topology`).
 Rows of node n are `node_start[n]:node_start[n+1]`. Nodes with a link matrix annotation have
 their pairwise distances at `link_distance[link_offset[n]:]` (rows x rows, NaN where unnamed).
+`pools[name]` is the node's pool list exactly as upstream's gatherPools gives it (a NodePools).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -33,7 +39,7 @@ from extender.allocator.features import Features
 from extender.allocator.inputs import DeviceClassSpec, parse_device_class
 from extender.allocator.model import Device, DeviceID, PoolID, Slice, Taint, parse_slice
 from extender.allocator.nodeselection import node_matches
-from extender.allocator.pools import Pool, gather_pools
+from extender.allocator.pools import NodePools, Pool, PoolCatalog, search_key
 from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import ClusterState
 from extender.index.selecting import CachingEvaluator
@@ -52,16 +58,81 @@ class SelectorMask:
     error: np.ndarray
 
 
+class RowsOf(Mapping[DeviceID, np.ndarray]):
+    """Device id -> its rows (int64 array, ascending), built at C speed from the row ids.
+
+    Most devices have one row (node-local), so the map keeps one int per device and makes the
+    one-element array on lookup; only devices on several nodes' rows (network-attached) keep
+    an array. A dict of arrays per device cost most of an incremental index build.
+    """
+
+    __slots__ = ("_multi", "_row")
+
+    def __init__(self, ids: list[DeviceID]) -> None:
+        self._row: dict[DeviceID, int] = dict(zip(ids, range(len(ids)), strict=True))
+        self._multi: dict[DeviceID, np.ndarray] = {}
+        if len(self._row) != len(ids):  # some devices are on several rows
+            counts = Counter(ids)
+            repeated = {device_id for device_id, n in counts.items() if n > 1}
+            rows: dict[DeviceID, list[int]] = {device_id: [] for device_id in repeated}
+            for row, device_id in enumerate(ids):
+                if device_id in repeated:
+                    rows[device_id].append(row)
+            self._multi = {device_id: np.asarray(r, dtype=np.int64) for device_id, r in rows.items()}
+
+    def __getitem__(self, device_id: DeviceID) -> np.ndarray:
+        multi = self._multi.get(device_id)
+        if multi is not None:
+            return multi
+        return np.array([self._row[device_id]], dtype=np.int64)
+
+    def get(self, device_id: DeviceID, default: Any = None) -> Any:  # type: ignore[override]
+        multi = self._multi.get(device_id)
+        if multi is not None:
+            return multi
+        row = self._row.get(device_id)
+        return default if row is None else np.array([row], dtype=np.int64)
+
+    def __contains__(self, device_id: object) -> bool:
+        return device_id in self._row
+
+    def __iter__(self) -> Iterator[DeviceID]:
+        return iter(self._row)
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def rows_for(self, device_ids: Iterable[DeviceID]) -> np.ndarray:
+        """All rows of the devices, concatenated (devices without rows add none)."""
+        single: list[int] = []
+        arrays: list[np.ndarray] = []
+        row_get, multi_get = self._row.get, self._multi.get
+        for device_id in device_ids:
+            multi = multi_get(device_id)
+            if multi is not None:
+                arrays.append(multi)
+                continue
+            row = row_get(device_id)
+            if row is not None:
+                single.append(row)
+        if arrays:
+            return np.concatenate([np.asarray(single, dtype=np.int64), *arrays])
+        return np.asarray(single, dtype=np.int64)
+
+
 @dataclass(frozen=True, slots=True)
 class _NodeBlock:
-    """One node's pools and its rows, re-used by the next snapshot while `key` is unchanged."""
+    """One node's rows, re-used by the next snapshot while `key` is unchanged.
+
+    `pools` are the node's pools that give it devices (complete, valid, with device slices), in
+    search order; the block holds them so the ids in `key` cannot be re-used while it lives.
+    """
 
     key: tuple[Any, ...]
     pools: list[Pool]
     devices: list[Device]
     special: list[bool]
     tainted: list[bool]
-    invalid: bool
     coords: np.ndarray  # int32, one row of level coordinates per device
     links: np.ndarray | None  # pairwise distances from the node's link annotation
 
@@ -99,7 +170,16 @@ def _node_block(
                 )
     coords = topology.node_coords(devices)
     links = topology.link_matrix(node, [d.name for d in devices]) if devices else None
-    return _NodeBlock(key, pools, devices, special, tainted, any(p.invalid for p in pools), coords, links)
+    return _NodeBlock(key, pools, devices, special, tainted, coords, links)
+
+
+def _pools_with_devices(pools: NodePools, catalog: PoolCatalog) -> list[Pool]:
+    """The node's pools that give it rows, in search order (own pools and shared device pools)."""
+    own = [p for p in pools.own if p.slices and not p.invalid and not p.incomplete]
+    if not catalog.shared_with_devices:
+        return own
+    shared = [p for p in catalog.shared_with_devices if p.id not in pools.hidden]
+    return sorted([*own, *shared], key=search_key) if own else shared
 
 
 class DeviceIndex:
@@ -116,6 +196,7 @@ class DeviceIndex:
         evaluator: CachingEvaluator,
         topology: TopologyModel,
         previous_blocks: dict[str, _NodeBlock] | None = None,
+        previous_catalog: PoolCatalog | None = None,
     ) -> None:
         self.generation = generation
         self.topology = topology
@@ -126,30 +207,30 @@ class DeviceIndex:
         self.slices = slices
         self.classes = classes
         self.evaluator = evaluator
-        self.by_pool: dict[PoolID, list[Slice]] = {}
-        local: dict[str, list[Slice]] = {}
-        shared: list[Slice] = []
-        for slice_ in slices:
-            self.by_pool.setdefault(slice_.pool_id, []).append(slice_)
-            if slice_.node_name and not slice_.shared_counters:
-                local.setdefault(slice_.node_name, []).append(slice_)
-            else:
-                shared.append(slice_)
-        shared_key = tuple(id(s) for s in shared)
-        pool_key = {pool_id: tuple(id(s) for s in members) for pool_id, members in self.by_pool.items()}
+        self.catalog = PoolCatalog(slices, features, previous_catalog)
+        self.by_pool: dict[PoolID, list[Slice]] = self.catalog.by_pool
         reuse = previous_blocks or {}
         self.blocks: dict[str, _NodeBlock] = {}
+        self.pools: dict[str, NodePools] = {}
+        self.rebuilt: list[str] = []  # nodes whose block this snapshot built (not re-used)
+        invalid: list[bool] = []
+        shared_invalid = self.catalog.shared_invalid
         for name, node in nodes.items():
-            mine = local.get(name, [])
-            # A node's pools depend on its node object, its own slices, every slice of the pools
-            # those belong to (multi-host pools) and the network-attached slices.
-            key = (id(node), tuple((id(s), pool_key[s.pool_id]) for s in mine), shared_key)
+            pools = self.catalog.pools_for(name, node)
+            self.pools[name] = pools
+            with_devices = _pools_with_devices(pools, self.catalog)
+            # A node's rows depend on its node object and the pools that give it devices; Pool
+            # objects are memoised per pool, so an unchanged pool is the very same object.
+            key = (id(node), tuple(id(p) for p in with_devices))
             block = reuse.get(name)
             if block is None or block.key != key:
-                pools = gather_pools([*mine, *shared], node, features, all_slices_of_pool=self.by_pool)
-                block = _node_block(key, node, pools, features, topology)
+                block = _node_block(key, node, with_devices, features, topology)
+                self.rebuilt.append(name)
             self.blocks[name] = block
-        self.pools: dict[str, list[Pool]] = {name: block.pools for name, block in self.blocks.items()}
+            invalid.append(
+                any(p.invalid for p in pools.own) or any(i not in pools.hidden for i in shared_invalid)
+            )
+        self.node_has_invalid_pool = np.array(invalid, dtype=bool)
         self._build_rows()
         self._masks: dict[tuple[str, tuple[str, ...]], SelectorMask] = {}
         self._attribute_codes: dict[str, np.ndarray] = {}
@@ -161,10 +242,9 @@ class DeviceIndex:
         blocks = [self.blocks[name] for name in self.node_names]
         sizes = [len(block.devices) for block in blocks]
         self.row_node = np.repeat(np.arange(len(blocks), dtype=np.int32), sizes)
-        self.row_device = [device for block in blocks for device in block.devices]
-        self.row_special = np.fromiter((f for block in blocks for f in block.special), dtype=bool)
-        self.row_tainted = np.fromiter((f for block in blocks for f in block.tainted), dtype=bool)
-        self.node_has_invalid_pool = np.array([block.invalid for block in blocks], dtype=bool)
+        self.row_device = list(chain.from_iterable(block.devices for block in blocks))
+        self.row_special = np.fromiter(chain.from_iterable(b.special for b in blocks), dtype=bool)
+        self.row_tainted = np.fromiter(chain.from_iterable(b.tainted for b in blocks), dtype=bool)
         self.node_start = np.zeros(len(blocks) + 1, dtype=np.int64)
         np.cumsum(sizes, out=self.node_start[1:])
         self.row_coords = (
@@ -181,10 +261,7 @@ class DeviceIndex:
                 matrices.append(block.links.ravel())
                 used += block.links.size
         self.link_distance = np.concatenate(matrices) if matrices else np.zeros(0)
-        rows_of: dict[DeviceID, list[int]] = {}
-        for row, device in enumerate(self.row_device):
-            rows_of.setdefault(device.id, []).append(row)
-        self.rows_of = {k: np.asarray(v, dtype=np.int64) for k, v in rows_of.items()}
+        self.rows_of = RowsOf([device.id for device in self.row_device])
 
     @property
     def cached_masks(self) -> int:
@@ -313,6 +390,7 @@ def build_index(
             and (topology in (None, previous.topology))
             else None
         ),
+        previous_catalog=previous.catalog if previous is not None else None,
     )
     index.parsed_by_raw = parsed_by_raw
     return index
