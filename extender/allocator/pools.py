@@ -36,6 +36,12 @@ class Pool:
         return any(d.binding_conditions for s in self.slices for d in s.devices)
 
 
+def invalid_pools_message(pools: Iterable[Pool]) -> str:
+    """Upstream's message, then each invalid pool and why, so an operator can find the slices."""
+    details = "; ".join(f"pool {p.id}: {p.invalid_reason}" for p in pools if p.invalid)
+    return f"invalid resource pools were encountered: {details}"
+
+
 def slice_is_relevant(slice_: Slice, node: Node | None, features: Features) -> bool:
     """Whether a slice contributes to the pools seen from `node`."""
     if not features.partitionable_devices and (slice_.per_device_node_selection or slice_.shared_counters):
