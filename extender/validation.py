@@ -20,6 +20,7 @@ of dra.md §1.2. Unknown fields are ignored (a newer API server may send them).
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -153,6 +154,15 @@ class _Enough(Exception):
     """Raised once MAX_PROBLEMS problems are collected: the rest would not help the reader."""
 
 
+@functools.lru_cache(maxsize=8192)
+def _quantity_problem(value: str | int | float) -> str:
+    try:
+        Quantity.parse(value)
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
 def _type(value: Any) -> str:
     return {dict: "object", list: "list", str: "string", bool: "bool", int: "integer", float: "number"}.get(
         type(value), "null" if value is None else type(value).__name__
@@ -271,10 +281,11 @@ class _Checker:
             if required:
                 self.fail(path, "required")
             return
-        try:
-            Quantity.parse(value)
-        except ValueError as exc:
-            self.fail(path, f"invalid quantity: {exc}")
+        problem = _quantity_problem(value) if isinstance(value, str | int | float) else ""
+        if problem or not isinstance(value, str | int | float) or isinstance(value, bool):
+            self.fail(
+                path, f"invalid quantity: {problem or f'expected a string or a number, not {_type(value)}'}"
+            )
 
     def string_map(self, value: Any, path: str) -> None:
         for key, entry in (self.mapping(value, path) or {}).items():
@@ -292,26 +303,31 @@ class _Checker:
 
 
 # ---------------------------------------------------------------------- name syntax
+# Pure functions of one string, cached: the same names and values repeat on every device.
 
 
+@functools.lru_cache(maxsize=8192)
 def dns_label(value: str) -> str:
     if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
         return f"{value!r} is not a DNS label (lowercase letters, digits and '-', at most 63)"
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
 def dns_subdomain(value: str) -> str:
     if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
         return f"{value!r} is not a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253)"
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
 def driver_name(value: str) -> str:
     if len(value) > MAX_DRIVER_NAME:
         return f"must be at most {MAX_DRIVER_NAME} characters, got {len(value)}"
     return dns_subdomain(value)
 
 
+@functools.lru_cache(maxsize=8192)
 def pool_name(value: str) -> str:
     if len(value) > MAX_POOL_NAME:
         return f"must be at most {MAX_POOL_NAME} characters, got {len(value)}"
@@ -320,6 +336,7 @@ def pool_name(value: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
 def qualified_name(value: str, *, domain_required: bool = False) -> str:
     """DRA's QualifiedName: C identifier (<= 32) or `<DNS subdomain <= 63>/<C identifier <= 32>`."""
     domain, slash, ident = value.rpartition("/")
@@ -332,12 +349,14 @@ def qualified_name(value: str, *, domain_required: bool = False) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
 def c_identifier(value: str) -> str:
     if len(value) > 32 or not _C_IDENTIFIER.fullmatch(value):
         return f"{value!r} is not a C identifier of at most 32 characters"
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
 def label_key(value: str) -> str:
     prefix, slash, name = value.rpartition("/")
     if slash and (not prefix or dns_subdomain(prefix)):
@@ -347,12 +366,14 @@ def label_key(value: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
 def label_value(value: str) -> str:
     if value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value)):
         return f"{value!r} is not a label value (at most 63 characters)"
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
 def semver(value: str) -> str:
     return "" if _SEMVER.fullmatch(value) else f"{value!r} is not a semantic version (semver 2.0.0)"
 
@@ -563,6 +584,17 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
 
 def _attribute(check: _Checker, attribute: Any, path: str) -> tuple[int, bool]:
     """Check one DeviceAttribute; returns (number of values, whether it is a list)."""
+    if type(attribute) is dict and len(attribute) == 1:  # fast path: the usual valid scalar
+        ((field, value),) = attribute.items()
+        kind = _SCALAR_ATTRIBUTES.get(field)
+        if kind == "string" and type(value) is str and len(value) <= MAX_ATTRIBUTE_VALUE_LENGTH:
+            return 1, False
+        if kind == "int" and type(value) is int and INT64_MIN <= value <= INT64_MAX:
+            return 1, False
+        if kind == "bool" and type(value) is bool:
+            return 1, False
+        if kind == "version" and type(value) is str and len(value) <= 64 and not semver(value):
+            return 1, False
     attribute = check.mapping(attribute, path, required=True)
     if attribute is None:
         return 0, False
