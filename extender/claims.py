@@ -132,11 +132,14 @@ _CHECKED_CLAIMS_MAX = 4096
 
 
 def _claim_problem(claim: Obj) -> str:
-    """The validation problem of a stored claim ('' if valid), checked once per claim object."""
+    """The type problem of a stored claim ('' if none), checked once per claim object.
+
+    Not strict (see `validation.problems`): the loaders already applied the API's rules.
+    """
     entry = _checked_claims.get(id(claim))
     if entry is not None and entry[0] is claim:
         return entry[1]
-    found = problems({**claim, "kind": "ResourceClaim"})
+    found = problems({**claim, "kind": "ResourceClaim"}, strict=False)
     problem = f"ResourceClaim {claim_ref(claim)}: {found[0]}" if found else ""
     if len(_checked_claims) >= _CHECKED_CLAIMS_MAX:
         _checked_claims.clear()  # claims are replaced, not edited: old entries are dead weight

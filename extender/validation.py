@@ -104,9 +104,14 @@ def object_ref(obj: Any) -> str:
     return name
 
 
-def problems(obj: Any) -> list[str]:
-    """Every problem found in one object of a known kind (empty: valid)."""
-    check = _Checker()
+def problems(obj: Any, *, strict: bool = True) -> list[str]:
+    """Every problem found in one object of a known kind (empty: valid).
+
+    `strict=False`: only the types and shapes the extender's readers rely on, plus `count >= 1`
+    (claim resolution re-checks stored claims this way: defence in depth that still accepts
+    the upstream allocator's test inputs, which never went through an API server).
+    """
+    check = _Checker(strict=strict)
     if not isinstance(obj, dict):
         check.fail("", f"must be an object, got {_type(obj)}")
         return check.found
@@ -131,10 +136,10 @@ def validate(obj: Any) -> None:
 def pod_problem(pod: Any) -> str:
     """What is wrong with a pod sent to /filter or `explain`, in one line ('' if nothing).
 
-    Checks the fields claim resolution reads; unlike a stored Pod, the name may be missing
-    (the scheduler always sends it, hand-made requests may not).
+    Checks the types of the fields claim resolution reads (not the API's name rules); unlike a
+    stored Pod, the name may be missing (the scheduler always sends it, hand-made requests may not).
     """
-    check = _Checker()
+    check = _Checker(strict=False)
     if not isinstance(pod, dict):
         return f"Pod: must be an object, got {_type(pod)}"
     with contextlib.suppress(_Enough):
@@ -174,21 +179,31 @@ def _join(path: str, field: str) -> str:
 
 
 class _Checker:
-    """Collects problems; the helpers return the value when it has the right type, else None."""
+    """Collects problems; the helpers return the value when it has the right type, else None.
 
-    def __init__(self) -> None:
+    `strict=False` keeps only what reading the object safely needs: types (`fail`) and
+    `count >= 1`; name syntax, limits, required and cross-field rules (`rule`) are skipped.
+    """
+
+    def __init__(self, *, strict: bool = True) -> None:
         self.found: list[str] = []
+        self.strict = strict
 
     def fail(self, path: str, problem: str) -> None:
         self.found.append(f"{path}: {problem}" if path else problem)
         if len(self.found) >= MAX_PROBLEMS:
             raise _Enough()
 
+    def rule(self, path: str, problem: str) -> None:
+        """A problem with an API rule rather than with the type: reported in strict mode only."""
+        if self.strict:
+            self.fail(path, problem)
+
     # -- types
     def mapping(self, value: Any, path: str, *, required: bool = False) -> Obj | None:
         if value is None:
             if required:
-                self.fail(path, "required")
+                self.rule(path, "required")
             return None
         if not isinstance(value, dict):
             self.fail(path, f"must be an object, got {_type(value)}")
@@ -198,13 +213,13 @@ class _Checker:
     def items(self, value: Any, path: str, *, limit: int | None = None, required: bool = False) -> list[Any]:
         if value is None:
             if required:
-                self.fail(path, "required")
+                self.rule(path, "required")
             return []
         if not isinstance(value, list):
             self.fail(path, f"must be a list, got {_type(value)}")
             return []
         if limit is not None and len(value) > limit:
-            self.fail(path, f"must have at most {limit} entries, got {len(value)}")
+            self.rule(path, f"must have at most {limit} entries, got {len(value)}")
         return value
 
     def objects(self, value: Any, path: str, *, limit: int | None = None) -> Iterable[tuple[str, Obj]]:
@@ -227,18 +242,18 @@ class _Checker:
     ) -> str | None:
         if value is None or (required and value == ""):
             if required:
-                self.fail(path, "required")
+                self.rule(path, "required")
             return None
         if not isinstance(value, str):
             self.fail(path, f"must be a string, got {_type(value)}")
             return None
         if max_length is not None and len(value) > max_length:
-            self.fail(path, f"must be at most {max_length} characters, got {len(value)}")
+            self.rule(path, f"must be at most {max_length} characters, got {len(value)}")
             return None
         if syntax is not None and value:
             problem = syntax(value)
             if problem:
-                self.fail(path, problem)
+                self.rule(path, problem)
                 return None
         return value
 
@@ -263,7 +278,7 @@ class _Checker:
     ) -> int | None:
         if value is None:
             if required:
-                self.fail(path, "required")
+                self.rule(path, "required")
             return None
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"must be an integer, got {_type(value)}")
@@ -279,7 +294,7 @@ class _Checker:
     def quantity(self, value: Any, path: str, *, required: bool = True) -> None:
         if value is None:
             if required:
-                self.fail(path, "required")
+                self.rule(path, "required")
             return
         problem = _quantity_problem(value) if isinstance(value, str | int | float) else ""
         if problem or not isinstance(value, str | int | float) or isinstance(value, bool):
@@ -298,7 +313,7 @@ class _Checker:
         chosen = [f for f in fields if obj.get(f) not in (None, False, "")]
         if len(chosen) > 1 or (not chosen and not allow_none):
             got = f"got {', '.join(chosen)}" if chosen else "got none"
-            self.fail(path, f"exactly one of {', '.join(fields)} is required, {got}")
+            self.rule(path, f"exactly one of {', '.join(fields)} is required, {got}")
         return chosen
 
 
@@ -403,14 +418,14 @@ def _node_selector(check: _Checker, value: Any, path: str, *, one_term: bool) ->
         return
     terms = check.items(selector.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms", required=True)
     if one_term and isinstance(selector.get("nodeSelectorTerms"), list) and len(terms) != 1:
-        check.fail(f"{path}.nodeSelectorTerms", f"must have exactly one term, got {len(terms)}")
+        check.rule(f"{path}.nodeSelectorTerms", f"must have exactly one term, got {len(terms)}")
     for where, term in check.objects(terms, f"{path}.nodeSelectorTerms"):
         for field in ("matchExpressions", "matchFields"):
             for at, requirement in check.objects(term.get(field), f"{where}.{field}"):
                 check.string(requirement.get("key"), f"{at}.key", required=True)
                 operator = check.string(requirement.get("operator"), f"{at}.operator", required=True)
                 if operator is not None and operator not in _SELECTOR_OPERATORS:
-                    check.fail(
+                    check.rule(
                         f"{at}.operator",
                         f"{operator!r} is not one of {', '.join(sorted(_SELECTOR_OPERATORS))}",
                     )
@@ -428,7 +443,7 @@ def _taint(check: _Checker, taint: Obj, path: str) -> None:
 def _counters(check: _Checker, value: Any, path: str) -> None:
     counters = check.mapping(value, path) or {}
     if len(counters) > MAX_COUNTERS_PER_SET:
-        check.fail(path, f"must have at most {MAX_COUNTERS_PER_SET} counters, got {len(counters)}")
+        check.rule(path, f"must have at most {MAX_COUNTERS_PER_SET} counters, got {len(counters)}")
     for name, counter in counters.items():
         where = f"{path}[{name}]"
         check.string(name, where, syntax=c_identifier)
@@ -472,17 +487,17 @@ def _slice(check: _Checker, obj: Obj) -> None:
         name = check.string(counter_set.get("name"), f"{where}.name", required=True, syntax=dns_label)
         if name is not None:
             if name in set_names:
-                check.fail(f"{where}.name", f"duplicate counter set name {name}")
+                check.rule(f"{where}.name", f"duplicate counter set name {name}")
             set_names.add(name)
         _counters(check, counter_set.get("counters"), f"{where}.counters")
 
     raw_devices = spec.get("devices")
     devices = check.items(raw_devices, "spec.devices")
     if counter_sets and devices:
-        check.fail("spec", "a slice has either devices or sharedCounters, not both")
+        check.rule("spec", "a slice has either devices or sharedCounters, not both")
     if len(devices) > MAX_DEVICES_PER_SLICE:
         # Stop here: checking thousands of devices one by one only repeats the verdict.
-        check.fail("spec.devices", f"must have at most {MAX_DEVICES_PER_SLICE} devices, got {len(devices)}")
+        check.rule("spec.devices", f"must have at most {MAX_DEVICES_PER_SLICE} devices, got {len(devices)}")
         return
     names: dict[str, int] = {}
     advanced = False
@@ -495,12 +510,12 @@ def _slice(check: _Checker, obj: Obj) -> None:
         name = device.get("name")
         if isinstance(name, str) and name:
             if name in names:
-                check.fail(
+                check.rule(
                     f"{where}.name", f"duplicate device name {name} (also spec.devices[{names[name]}])"
                 )
             names.setdefault(name, i)
     if advanced and len(devices) > MAX_DEVICES_PER_SLICE_ADVANCED:
-        check.fail(
+        check.rule(
             "spec.devices",
             f"must have at most {MAX_DEVICES_PER_SLICE_ADVANCED} devices when a device uses taints, "
             f"consumesCounters or list attributes, got {len(devices)}",
@@ -513,7 +528,7 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
     attributes = check.mapping(device.get("attributes"), f"{path}.attributes") or {}
     capacity = check.mapping(device.get("capacity"), f"{path}.capacity") or {}
     if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
-        check.fail(
+        check.rule(
             path,
             f"at most {MAX_ATTRIBUTES_AND_CAPACITIES} attributes and capacities together, "
             f"got {len(attributes) + len(capacity)}",
@@ -527,7 +542,7 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
         values += count
         uses_lists |= is_list
     if values > MAX_ATTRIBUTE_VALUES:
-        check.fail(f"{path}.attributes", f"at most {MAX_ATTRIBUTE_VALUES} values in total, got {values}")
+        check.rule(f"{path}.attributes", f"at most {MAX_ATTRIBUTE_VALUES} values in total, got {values}")
     multiple = check.boolean(device.get("allowMultipleAllocations"), f"{path}.allowMultipleAllocations")
     for name, entry in capacity.items():
         where = f"{path}.capacity[{name}]"
@@ -539,7 +554,7 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
         policy = check.mapping(entry.get("requestPolicy"), f"{where}.requestPolicy")
         if policy is not None:
             if not multiple:
-                check.fail(f"{where}.requestPolicy", "only allowed when allowMultipleAllocations is true")
+                check.rule(f"{where}.requestPolicy", "only allowed when allowMultipleAllocations is true")
             _request_policy(check, policy, f"{where}.requestPolicy")
 
     consumptions = list(
@@ -554,7 +569,7 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
         name = check.string(consumption.get("counterSet"), f"{where}.counterSet", required=True)
         if name is not None:
             if name in seen_sets:
-                check.fail(f"{where}.counterSet", f"duplicate counter set {name}")
+                check.rule(f"{where}.counterSet", f"duplicate counter set {name}")
             seen_sets.add(name)
         _counters(check, consumption.get("counters"), f"{where}.counters")
         check.strings(consumption.get("compatibilityGroups"), f"{where}.compatibilityGroups", limit=2)
@@ -572,13 +587,13 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
     own = [f for f in ("nodeName", "nodeSelector", "allNodes") if device.get(f) not in (None, False, "")]
     if per_device and len(own) != 1:
         got = ", ".join(own) if own else "none"
-        check.fail(
+        check.rule(
             path,
             f"with spec.perDeviceNodeSelection, exactly one of nodeName, nodeSelector, allNodes "
             f"is required, got {got}",
         )
     elif not per_device and own:
-        check.fail(f"{path}.{own[0]}", "only allowed when spec.perDeviceNodeSelection is true")
+        check.rule(f"{path}.{own[0]}", "only allowed when spec.perDeviceNodeSelection is true")
     return bool(taints or consumptions or uses_lists)
 
 
@@ -602,7 +617,7 @@ def _attribute(check: _Checker, attribute: Any, path: str) -> tuple[int, bool]:
     chosen = [f for f in fields if f in attribute and attribute[f] is not None]
     if len(chosen) != 1:
         got = ", ".join(chosen) if chosen else "none"
-        check.fail(path, f"exactly one of {', '.join(fields)} is required, got {got}")
+        check.rule(path, f"exactly one of {', '.join(fields)} is required, got {got}")
         return 0, False
     field = chosen[0]
     where = f"{path}.{field}"
@@ -611,7 +626,7 @@ def _attribute(check: _Checker, attribute: Any, path: str) -> tuple[int, bool]:
         return 1, False
     entries = check.items(attribute[field], where)
     if isinstance(attribute[field], list) and not entries:
-        check.fail(where, "must not be empty")
+        check.rule(where, "must not be empty")
     for i, entry in enumerate(entries):
         _attribute_value(check, entry, f"{where}[{i}]", _LIST_ATTRIBUTES[field])
     return len(entries), True
@@ -645,7 +660,7 @@ def _request_policy(check: _Checker, policy: Obj, path: str) -> None:
         check.quantity(valid_range.get("max"), f"{path}.validRange.max", required=False)
         check.quantity(valid_range.get("step"), f"{path}.validRange.step", required=False)
     if policy.get("validValues") and valid_range is not None:
-        check.fail(path, "validValues and validRange are mutually exclusive")
+        check.rule(path, "validValues and validRange are mutually exclusive")
 
 
 # ---------------------------------------------------------------------- DeviceClass
@@ -687,22 +702,22 @@ def _claim_spec(check: _Checker, spec: Obj, path: str) -> None:
         name = check.string(request.get("name"), f"{where}.name", required=True, syntax=dns_label)
         if name is not None:
             if name in names:
-                check.fail(f"{where}.name", f"duplicate request name {name}")
+                check.rule(f"{where}.name", f"duplicate request name {name}")
             names.add(name)
         if request.get("exactly") is not None and request.get("firstAvailable") is not None:
-            check.fail(where, "exactly one of exactly, firstAvailable is allowed, got both")
+            check.rule(where, "exactly one of exactly, firstAvailable is allowed, got both")
         exactly = check.mapping(request.get("exactly"), f"{where}.exactly")
         if exactly is not None:
             _request_spec(check, exactly, f"{where}.exactly", subrequest=False)
         first = check.items(request.get("firstAvailable"), f"{where}.firstAvailable", limit=MAX_SUBREQUESTS)
         if isinstance(request.get("firstAvailable"), list) and not first:
-            check.fail(f"{where}.firstAvailable", "must not be empty")
+            check.rule(f"{where}.firstAvailable", "must not be empty")
         sub_names: set[str] = set()
         for at, sub in check.objects(first, f"{where}.firstAvailable"):
             sub_name = check.string(sub.get("name"), f"{at}.name", required=True, syntax=dns_label)
             if sub_name is not None:
                 if sub_name in sub_names:
-                    check.fail(f"{at}.name", f"duplicate subrequest name {sub_name}")
+                    check.rule(f"{at}.name", f"duplicate subrequest name {sub_name}")
                 sub_names.add(sub_name)
             _request_spec(check, sub, at, subrequest=True)
     for where, constraint in check.objects(
@@ -716,7 +731,7 @@ def _claim_spec(check: _Checker, spec: Obj, path: str) -> None:
                 syntax=lambda v: qualified_name(v, domain_required=True),
             )
         if constraint.get("matchAttribute") is not None and constraint.get("distinctAttribute") is not None:
-            check.fail(where, "exactly one of matchAttribute, distinctAttribute is allowed, got both")
+            check.rule(where, "exactly one of matchAttribute, distinctAttribute is allowed, got both")
     for where, config in check.objects(devices.get("config"), f"{path}.config", limit=MAX_CONFIGS):
         check.strings(config.get("requests"), f"{where}.requests")
         _opaque(check, config.get("opaque"), f"{where}.opaque")
@@ -729,10 +744,10 @@ def _request_spec(check: _Checker, spec: Obj, path: str, *, subrequest: bool) ->
     mode = check.string(spec.get("allocationMode"), f"{path}.allocationMode")
     count = check.integer(spec.get("count"), f"{path}.count", minimum=1)
     if mode == "All" and count is not None:
-        check.fail(f"{path}.count", "must not be set when allocationMode is All")
+        check.rule(f"{path}.count", "must not be set when allocationMode is All")
     if subrequest:
         if spec.get("adminAccess") is not None:
-            check.fail(f"{path}.adminAccess", "not allowed in a subrequest")
+            check.rule(f"{path}.adminAccess", "not allowed in a subrequest")
     else:
         check.boolean(spec.get("adminAccess"), f"{path}.adminAccess")
     for where, toleration in check.objects(
@@ -741,7 +756,7 @@ def _request_spec(check: _Checker, spec: Obj, path: str, *, subrequest: bool) ->
         check.string(toleration.get("key"), f"{where}.key", syntax=label_key)
         operator = check.string(toleration.get("operator"), f"{where}.operator")
         if operator not in (None, "", "Equal", "Exists"):
-            check.fail(f"{where}.operator", f"{operator!r} is not one of Equal, Exists")
+            check.rule(f"{where}.operator", f"{operator!r} is not one of Equal, Exists")
         check.string(toleration.get("value"), f"{where}.value", syntax=label_value)
         check.string(toleration.get("effect"), f"{where}.effect")
         check.integer(toleration.get("tolerationSeconds"), f"{where}.tolerationSeconds")
@@ -847,14 +862,14 @@ def _pod_body(check: _Checker, obj: Obj) -> None:
         name = check.string(entry.get("name"), f"{where}.name", required=True, syntax=dns_label)
         if name is not None:
             if name in names:
-                check.fail(f"{where}.name", f"duplicate resource claim name {name}")
+                check.rule(f"{where}.name", f"duplicate resource claim name {name}")
             names.add(name)
         check.string(entry.get("resourceClaimName"), f"{where}.resourceClaimName", syntax=dns_subdomain)
         check.string(
             entry.get("resourceClaimTemplateName"), f"{where}.resourceClaimTemplateName", syntax=dns_subdomain
         )
         if entry.get("resourceClaimName") and entry.get("resourceClaimTemplateName"):
-            check.fail(where, "at most one of resourceClaimName, resourceClaimTemplateName is allowed")
+            check.rule(where, "at most one of resourceClaimName, resourceClaimTemplateName is allowed")
     for field in ("containers", "initContainers"):
         for where, container in check.objects(spec.get(field), f"spec.{field}"):
             check.string(container.get("name"), f"{where}.name")

@@ -36,10 +36,9 @@ class Pool:
         return any(d.binding_conditions for s in self.slices for d in s.devices)
 
 
-def invalid_pools_message(pools: Iterable[Pool]) -> str:
-    """Upstream's message, then each invalid pool and why, so an operator can find the slices."""
-    details = "; ".join(f"pool {p.id}: {p.invalid_reason}" for p in pools if p.invalid)
-    return f"invalid resource pools were encountered: {details}"
+def invalid_pools_detail(pools: Iterable[Pool]) -> str:
+    """Each invalid pool and why (upstream's error names neither), so an operator finds the slices."""
+    return "; ".join(f"pool {p.id}: {p.invalid_reason}" for p in pools if p.invalid)
 
 
 def slice_is_relevant(slice_: Slice, node: Node | None, features: Features) -> bool:
