@@ -482,3 +482,20 @@ def test_load_warning_logger_is_used(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="extender.cluster.loading"):
         load_state_paths([_write(tmp_path, objects)])
     assert any("duplicate device name" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"), [("memorySlice0", True), ("other-memory", True), ("bad name!", False)]
+)
+def test_counter_names_accept_both_styles_drivers_use(name, valid):
+    slice_ = {
+        "kind": "ResourceSlice",
+        "metadata": {"name": "s"},
+        "spec": {
+            "driver": "d.example.com",
+            "nodeName": "n",
+            "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+            "sharedCounters": [{"name": "set", "counters": {name: {"value": "1"}}}],
+        },
+    }
+    assert (problems(slice_) == []) is valid
