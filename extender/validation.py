@@ -14,7 +14,9 @@ constraint types), more than 32 devices requested by one claim, and contradictio
 slices of one pool (duplicate device names across slices, unknown counter sets).
 
 Rules are the resource.k8s.io/v1 and core/v1 ones that matter to us; limits are the constants
-of dra.md §1.2. Unknown fields are ignored (a newer API server may send them).
+of dra.md §1.2. Unknown fields are ignored (a newer API server may send them). The loaders use
+the strict mode; claim resolution re-checks stored claims and request pods with `strict=False`
+(types and `count >= 1` only), which any object a reader can handle passes.
 """
 
 from __future__ import annotations
