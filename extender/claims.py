@@ -4,6 +4,11 @@ Mirrors the in-tree DynamicResources plugin's PreEnqueue/PreFilter checks (exten
 §7.1-§7.2): a template claim that is not created yet, a claim that is being deleted, a claim not
 owned by the pod, or a claim whose consumers are full make the pod unschedulable everywhere.
 Those are returned as `PodClaims.problem`, never raised, so one bad pod cannot affect another.
+
+Malformed input gets the same treatment (defence in depth: the loaders already refuse invalid
+objects, see `extender.validation`): a malformed pod, a claim the kube source refused, or a
+malformed claim found in the state make only the pods that use it unschedulable, with the
+validation message; allocation scans skip malformed results instead of failing every pod.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from extender.allocator.model import DeviceID
 from extender.allocator.nodeselection import selector_matches
 from extender.cluster.state import ClusterState
 from extender.quantity import Quantity
+from extender.validation import pod_problem, problems
 
 #: Namespace label that allows `adminAccess: true` requests (resource.kubernetes.io/admin-access).
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
@@ -49,6 +55,9 @@ def claim_ref(claim: Obj) -> str:
 
 def resolve_pod_claims(pod: Obj, state: ClusterState, *, assumed: dict[str, Obj] | None = None) -> PodClaims:
     """Find the pod's claims in `state`; `assumed` maps claim uid -> in-flight allocation."""
+    problem = pod_problem(pod)
+    if problem:
+        return PodClaims(problem=problem)
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     pod_uid = meta.get("uid", "")
@@ -78,7 +87,16 @@ def resolve_pod_claims(pod: Obj, state: ClusterState, *, assumed: dict[str, Obj]
         seen.add(claim_name)
         claim = state.get("ResourceClaim", claim_name, namespace)
         if claim is None:
-            result.problem = f'resourceclaim "{namespace}/{claim_name}" not found'
+            rejected = state.rejection("ResourceClaim", claim_name, namespace)
+            result.problem = (
+                f"invalid ResourceClaim: {rejected}"
+                if rejected
+                else f'resourceclaim "{namespace}/{claim_name}" not found'
+            )
+            return result
+        invalid = _claim_problem(claim)
+        if invalid:
+            result.problem = f"invalid ResourceClaim: {invalid}"
             return result
         claim_meta = claim.get("metadata") or {}
         if claim_meta.get("deletionTimestamp"):
@@ -106,6 +124,34 @@ def resolve_pod_claims(pod: Obj, state: ClusterState, *, assumed: dict[str, Obj]
                 return result
             result.pending.append(claim)
     return result
+
+
+#: id(claim) -> (the claim, kept alive so the id stays unique; its validation problem or "").
+_checked_claims: dict[int, tuple[Obj, str]] = {}
+_CHECKED_CLAIMS_MAX = 4096
+
+
+def _claim_problem(claim: Obj) -> str:
+    """The type problem of a stored claim ('' if none), checked once per claim object.
+
+    Not strict (see `validation.problems`): the loaders already applied the API's rules.
+    """
+    entry = _checked_claims.get(id(claim))
+    if entry is not None and entry[0] is claim:
+        return entry[1]
+    found = problems({**claim, "kind": "ResourceClaim"}, strict=False)
+    problem = f"ResourceClaim {claim_ref(claim)}: {found[0]}" if found else ""
+    if len(_checked_claims) >= _CHECKED_CLAIMS_MAX:
+        _checked_claims.clear()  # claims are replaced, not edited: old entries are dead weight
+    _checked_claims[id(claim)] = (claim, problem)
+    return problem
+
+
+def allocation_of(claim: Obj) -> Obj | None:
+    """`status.allocation` if it is an object (anything else counts as not allocated)."""
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, dict) else None
+    return allocation if isinstance(allocation, dict) and allocation else None
 
 
 def _owned_by(claim: Obj, pod_uid: str) -> bool:
@@ -138,7 +184,7 @@ def _admin_access_problem(claim: Obj, state: ClusterState) -> str:
 
 def allocation_fits_node(claim: Obj, node: Obj | None) -> bool:
     """An allocated claim is usable on a node iff its allocation's nodeSelector matches (or is unset)."""
-    selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
+    selector = (allocation_of(claim) or {}).get("nodeSelector")
     if not selector:
         return True
     return node is not None and selector_matches(node, selector)
@@ -166,19 +212,39 @@ AllocationMemo = dict[int, tuple[Obj, HeldDevices]]
 
 
 def held_devices(allocation: Obj) -> HeldDevices:
-    """Parse one `status.allocation`: results without adminAccess hold devices."""
+    """Parse one `status.allocation`: results without adminAccess hold devices.
+
+    Malformed entries (not objects, non-string ids, bad quantities) are skipped: one bad
+    allocation must not make every pod's filter fail (the loaders refuse such claims anyway).
+    """
     devices: list[DeviceID] = []
     shares: list[tuple[DeviceID, str, dict[str, Quantity]]] = []
-    for result in ((allocation or {}).get("devices") or {}).get("results") or ():
-        if result.get("adminAccess"):
+    section = allocation.get("devices") if isinstance(allocation, dict) else None
+    results = section.get("results") if isinstance(section, dict) else None
+    for result in results if isinstance(results, list) else ():
+        if not isinstance(result, dict) or result.get("adminAccess"):
             continue
-        device_id = DeviceID(result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
-        if result.get("shareID"):
-            consumed = {n: Quantity.parse(v) for n, v in (result.get("consumedCapacity") or {}).items()}
-            shares.append((device_id, result["shareID"], consumed))
+        ids = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+        if not all(isinstance(part, str) for part in ids):
+            continue
+        device_id = DeviceID(*ids)
+        share_id = result.get("shareID")
+        if share_id and isinstance(share_id, str):
+            consumed = _consumed(result.get("consumedCapacity"))
+            if consumed is not None:
+                shares.append((device_id, share_id, consumed))
         else:
             devices.append(device_id)
     return HeldDevices(tuple(devices), tuple(shares))
+
+
+def _consumed(raw: Any) -> dict[str, Quantity] | None:
+    if raw is None:
+        return {}
+    try:
+        return {n: Quantity.parse(v) for n, v in raw.items()} if isinstance(raw, dict) else None
+    except ValueError:
+        return None
 
 
 def collect_allocated(
@@ -196,7 +262,7 @@ def collect_allocated(
     allocations: list[Obj] = []
     written: set[str] = set()
     for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation")
+        allocation = allocation_of(claim)
         if allocation:
             allocations.append(allocation)
             written.add((claim.get("metadata") or {}).get("uid", ""))

@@ -31,7 +31,19 @@ class AllocationError(ExtenderError):
 
 
 class NodeScopedError(ExtenderError):
-    """An allocation error that concerns only one node (upstream's ErrFailedAllocationOnNode)."""
+    """An allocation error that concerns only one node (upstream's ErrFailedAllocationOnNode).
+
+    `str()` is upstream's text (the conformance cases compare it); `detail` says more, e.g.
+    which pool is invalid and why, and `reason` is both, for the node's filter verdict.
+    """
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+    @property
+    def reason(self) -> str:
+        return f"{self}: {self.detail}" if self.detail else str(self)
 
 
 class CelCompileError(AllocationError):

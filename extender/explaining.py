@@ -19,20 +19,45 @@ from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
 from extender.placement import PASSED, Placement
 from extender.topology import TopologySettings
+from extender.validation import pod_problem
 
 Obj = dict[str, Any]
 
 
 def load_pods(path: Path) -> list[Obj]:
-    """Pods from a YAML/JSON file (one or several documents, or a List); raises ValueError."""
+    """Pods from a YAML/JSON file (one or several documents, or a List).
+
+    Raises:
+        ValueError: the file cannot be read or parsed, holds no Pod, or a Pod is malformed
+            (the message names file, document, item and field, as the state loader does).
+    """
     try:
-        documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read pod: {exc}") from exc
+        documents = list(yaml.safe_load_all(path.read_text()))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read pod: {' '.join(str(exc).split())}") from exc
     pods: list[Obj] = []
-    for document in documents:
-        items = document.get("items") if isinstance(document, dict) and "items" in document else [document]
-        pods.extend(item for item in items if isinstance(item, dict) and item.get("kind", "Pod") == "Pod")
+    for number, document in enumerate(documents):
+        if document is None:
+            continue
+        label = f"{path}: document {number}"
+        if not isinstance(document, dict):
+            raise ValueError(f"{label}: must be an object, got {type(document).__name__}")
+        if "items" in document:
+            items = document["items"]
+            if not isinstance(items, list):
+                raise ValueError(f"{label}: items: must be a list, got {type(items).__name__}")
+            labelled = [(f"{label} item {i}", item) for i, item in enumerate(items)]
+        else:
+            labelled = [(label, document)]
+        for where, item in labelled:
+            if not isinstance(item, dict):
+                raise ValueError(f"{where}: must be an object, got {type(item).__name__}")
+            if item.get("kind", "Pod") != "Pod":
+                continue
+            problem = pod_problem(item)
+            if problem:
+                raise ValueError(f"{where}: {problem}")
+            pods.append(item)
     if not pods:
         raise ValueError(f"{path}: no Pod object found")
     return pods

@@ -513,7 +513,7 @@ class Placement:
         try:
             result = self._run_allocator(evaluation.specs, index, name, allocated, deadline, stats=stats)
         except NodeScopedError as exc:
-            return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {exc}")
+            return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {exc.reason}")
         if result is not None:
             evaluation.allocations[name] = result
             return NodeVerdict(PASSED)

@@ -423,6 +423,18 @@ class StateCollector(Collector):
                 "dra_extender_watch_last_event_age_seconds",
                 "Seconds since the last watch event or bookmark, by kind (watch lag).",
             ),
+            (
+                "invalid_objects",
+                CounterMetricFamily,
+                "dra_extender_invalid_objects",
+                "Objects refused by validation, by kind (each counted once until it is valid or gone).",
+            ),
+            (
+                "rejected_objects",
+                GaugeMetricFamily,
+                "dra_extender_rejected_objects",
+                "Objects currently refused by validation (treated as absent), by kind.",
+            ),
         )
         for key, family_type, name, doc in families:
             family = family_type(name, doc, labels=["kind"])

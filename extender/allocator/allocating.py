@@ -38,7 +38,7 @@ from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, ClassLookup, DeviceClassSpec, SelectorEvaluator
 from extender.allocator.model import Device, DeviceID, Slice
 from extender.allocator.nodeselection import Node, node_matches
-from extender.allocator.pools import Pool
+from extender.allocator.pools import Pool, invalid_pools_detail
 from extender.allocator.requests import ALL, EXACT_COUNT, ClaimSpec, RequestSpec, Selector
 from extender.allocator.results import ClaimAllocation, DeviceResult, build_allocation
 from extender.allocator.taints import all_tolerated
@@ -209,7 +209,9 @@ class _Search:
         done = self._allocate_one(0, 0, 0, 0, in_subrequest=False, start=0)
         if done is not True:
             if any(pool.invalid for pool in self.pools):
-                raise NodeScopedError("invalid resource pools were encountered")
+                raise NodeScopedError(
+                    "invalid resource pools were encountered", detail=invalid_pools_detail(self.pools)
+                )
             return None
         return [
             build_allocation(

@@ -55,6 +55,11 @@ def search_key(pool: Pool) -> tuple[bool, PoolID]:
     return pool.has_binding_conditions, pool.id
 
 
+def invalid_pools_detail(pools: Iterable[Pool]) -> str:
+    """Each invalid pool and why (upstream's error names neither), so an operator finds the slices."""
+    return "; ".join(f"pool {p.id}: {p.invalid_reason}" for p in pools if p.invalid)
+
+
 def slice_is_relevant(slice_: Slice, node: Node | None, features: Features) -> bool:
     """Whether a slice contributes to the pools seen from `node`."""
     if not features.partitionable_devices and (slice_.per_device_node_selection or slice_.shared_counters):

@@ -83,6 +83,9 @@ def _spec(raw: dict[str, Any], name: str, *, subrequest: bool, apply_defaults: b
         mode = mode or EXACT_COUNT
         if count is None and mode == EXACT_COUNT:
             count = 1
+        # The API server refuses count < 1; an object that skipped it must not allocate nothing.
+        if mode == EXACT_COUNT and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise ValueError(f"request {name}: count must be an integer of at least 1, got {count!r}")
     capacity = raw.get("capacity")
     tolerations = []
     for toleration in raw.get("tolerations") or ():

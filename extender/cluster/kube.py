@@ -14,6 +14,13 @@ Each worker follows kopf's three tiers:
   `timeoutSeconds`, and a client read timeout of `settings.watch_stall_seconds` so a silent
   stream (no events, no bookmarks) counts as stalled.
 
+Invalid objects (`extender.validation`) from a list or a watch event are not applied: the state
+records them as refused (`ClusterState.rejection`, so pods that use one get the reason), the
+kind's `invalid_objects` counter goes up and one warning is logged per object, not on every
+relist; a key is counted and logged again only after it was valid or deleted in between. A
+MODIFIED event that makes a stored object invalid drops the old version too: the API server
+would never serve such an object, and a stale slice could offer devices the driver removed.
+
 Threads versus the loop: the `kubernetes` client is synchronous, so the workers block in their
 own threads; they never touch ClusterState. They queue operations, and one callback on the event
 loop applies everything queued so far (`_drain`), so ClusterState is only mutated on the loop
@@ -43,6 +50,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from extender.cluster.state import CLUSTER_SCOPED, ClusterState
 from extender.settings import Settings
+from extender.validation import InvalidObject, validate
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +71,8 @@ GONE, STALLED, ENDED = "gone", "stalled", "ended"
 
 
 def _has_claims(obj: Obj) -> bool:
-    return bool((obj.get("spec") or {}).get("resourceClaims"))
+    spec = obj.get("spec")
+    return isinstance(spec, dict) and bool(spec.get("resourceClaims"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +184,15 @@ class _KindWatch:
     watched: bool = False  # a watch was opened before (the next one is a restart)
     last_activity: float = 0.0
     known: set[tuple[str, str]] = field(default_factory=set)  # keys kept by a `keep` filter
+    invalid: dict[tuple[str, str], str] = field(default_factory=dict)  # refused keys -> why (logged once)
+    invalid_total: int = 0  # objects refused, counting a key again only after it was valid or gone
     response: Any = None  # the open HTTP response, closed by stop()
     thread: threading.Thread | None = None
 
 
-Op = tuple[str, str, Any]  # ("replace", kind, [objs]) | ("upsert", kind, obj) | ("delete", kind, (ns, name))
+#: ("replace", kind, ([objs], {key: why})) | ("upsert", kind, obj) | ("delete", kind, (ns, name))
+#: | ("reject", kind, ((ns, name), why))
+Op = tuple[str, str, Any]
 
 
 class KubeSource:
@@ -271,6 +284,8 @@ class KubeSource:
             "relists": {w.spec.kind: w.relists for w in watches},
             "watch_restarts": {w.spec.kind: w.watch_restarts for w in watches},
             "last_event_age_seconds": {w.spec.kind: max(0.0, now - w.last_activity) for w in watches},
+            "invalid_objects": {w.spec.kind: w.invalid_total for w in watches},
+            "rejected_objects": {w.spec.kind: len(w.invalid) for w in watches},
             "synced": self.synced(),
         }
 
@@ -293,7 +308,8 @@ class KubeSource:
         for action, kind, payload in ops:
             try:
                 if action == "replace":
-                    self._state.replace_kind(kind, payload)
+                    objects, rejected = payload
+                    self._state.replace_kind(kind, objects, rejected)
                     watch = self._watches[kind]
                     with self._lock:
                         if watch.listed:
@@ -302,6 +318,9 @@ class KubeSource:
                         watch.behind_since = None
                 elif action == "upsert":
                     self._state.upsert(payload)
+                elif action == "reject":
+                    key, reason = payload
+                    self._state.reject(kind, key, reason)
                 else:
                     namespace, name = payload
                     self._state.delete(kind, name, namespace)
@@ -315,10 +334,14 @@ class KubeSource:
 
     # ------------------------------------------------------------------ objects
     @staticmethod
-    def _key(kind: str, obj: Obj) -> tuple[str, str]:
-        meta = obj.get("metadata") or {}
+    def _key(kind: str, obj: Obj) -> tuple[str, str] | None:
+        """(namespace, name), or None when they are not strings (such an object cannot be keyed)."""
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            return None
         namespace = "" if kind in CLUSTER_SCOPED else meta.get("namespace") or "default"
-        return namespace, meta.get("name", "")
+        name = meta.get("name", "")
+        return (namespace, name) if isinstance(namespace, str) and isinstance(name, str) else None
 
     def _prepare(self, watch: _KindWatch, obj: Obj) -> Obj:
         # Lists omit kind/apiVersion on items; ClusterState and the index expect kubectl-shaped objects.
@@ -329,16 +352,44 @@ class KubeSource:
             meta.pop("managedFields", None)  # large and never read
         return obj
 
+    def _refusal(self, watch: _KindWatch, key: tuple[str, str], obj: Obj) -> str | None:
+        """Why `obj` is refused (logged and counted once per key), or None if it is valid.
+
+        A refused object is treated as absent: the API server would never have served it, so
+        no version of it is trusted, not even an earlier valid one (a MODIFIED event that makes
+        an object invalid drops it). Pods that use it get the reason (`ClusterState.rejection`).
+        """
+        try:
+            validate(obj)
+        except InvalidObject as exc:
+            reason = str(exc)
+            if watch.invalid.get(key) != reason:
+                if key not in watch.invalid:
+                    watch.invalid_total += 1
+                log.warning("%s: ignoring an invalid object: %s", watch.spec.kind, reason)
+                watch.invalid[key] = reason
+            return reason
+        watch.invalid.pop(key, None)
+        return None
+
     def _event_op(self, watch: _KindWatch, event_type: str, obj: Obj) -> Op | None:
         kind, keep = watch.spec.kind, watch.spec.keep
         obj = self._prepare(watch, obj)
         key = self._key(kind, obj)
+        if key is None:
+            log.warning("%s: ignoring a watch event for an object without a usable name", kind)
+            return None
         if event_type == "DELETED" or (keep is not None and not keep(obj)):
+            refused = watch.invalid.pop(key, None) is not None
             if keep is not None:
-                if key not in watch.known:
+                if key not in watch.known and not refused:
                     return None  # never kept: the state does not have it, nothing to do
                 watch.known.discard(key)
             return ("delete", kind, key)
+        reason = self._refusal(watch, key, obj)
+        if reason is not None:
+            watch.known.discard(key)
+            return ("reject", kind, (key, reason))
         if keep is not None:
             watch.known.add(key)
         return ("upsert", kind, obj)
@@ -359,7 +410,8 @@ class KubeSource:
                     )
                     watch.served = False
                     watch.known.clear()
-                    self._submit(("replace", watch.spec.kind, []))
+                    watch.invalid.clear()
+                    self._submit(("replace", watch.spec.kind, ([], {})))
                 watch.last_activity = self._clock()
                 self._stopping.wait(self._optional_retry_seconds)
             except Exception as exc:
@@ -430,24 +482,36 @@ class KubeSource:
             log.info("%s: the API is served now (%s)", watch.spec.kind, watch.api_version)
             watch.served = True
         kept: list[Obj] = []
+        rejected: dict[tuple[str, str], str] = {}
         watch.known.clear()
         keep = watch.spec.keep
         for obj in items:
             obj = self._prepare(watch, obj)
+            key = self._key(watch.spec.kind, obj)
+            if key is None:
+                log.warning("%s: ignoring a listed object without a usable name", watch.spec.kind)
+                continue
             if keep is None or keep(obj):
+                reason = self._refusal(watch, key, obj)
+                if reason is not None:
+                    rejected[key] = reason
+                    continue
                 kept.append(obj)
                 if keep is not None:
-                    watch.known.add(self._key(watch.spec.kind, obj))
+                    watch.known.add(key)
+        for key in [k for k in watch.invalid if k not in rejected]:
+            del watch.invalid[key]  # gone or valid now: a later refusal is logged and counted again
         watch.rv = rv
         watch.last_activity = self._clock()
         log.info(
-            "%s: listed %d objects (%d kept) at resourceVersion %s",
+            "%s: listed %d objects (%d kept, %d invalid) at resourceVersion %s",
             watch.spec.kind,
             len(items),
             len(kept),
+            len(rejected),
             rv,
         )
-        self._submit(("replace", watch.spec.kind, kept))
+        self._submit(("replace", watch.spec.kind, (kept, rejected)))
 
     def _list_pages(self, fn: ListFn) -> tuple[list[Obj], str]:
         items: list[Obj] = []

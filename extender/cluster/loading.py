@@ -1,13 +1,16 @@
 """Read Kubernetes objects from state files (kubectl dumps, hand-written YAML, JSON).
 
 Owns: finding files, parsing YAML/JSON, unpacking Lists, keeping the kinds in
-`state.KINDS`, and a structural check of each kept object, so that the rest of the extender
-can index fields without guarding every lookup. Leaves out: semantic validation (CEL,
-limits, cross-object references), which the allocator reports per pod or node.
+`state.KINDS`, the served apiVersions, and one object per kind/namespace/name. Each kept object
+goes through `extender.validation` (types, shapes, API limits), so that the rest of the extender
+can index fields without guarding every lookup. Leaves out: what the allocator reports per pod
+or node (CEL, unknown classes, contradictions between the slices of one pool: those are only
+warned about here).
 
 A file that cannot be trusted fails loudly: `StateLoadError` names the file, the document
 (0-based; `item N` for List members) and the field path. Unknown kinds are skipped with one
-warning per kind per call.
+warning per kind per call; an identical repeat of an object is skipped with a warning, a
+different object under the same name is an error naming both documents.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from typing import Any
 import orjson
 import yaml
 
-from extender.cluster.state import KINDS
+from extender.cluster.state import KINDS, object_key
 from extender.errors import StateLoadError
+from extender.validation import InvalidObject, object_ref, validate
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +48,6 @@ API_VERSIONS: dict[str, tuple[str, ...]] = {
     "ResourceClaimTemplate": (DRA_API_VERSION,),
     "DeviceTaintRule": (DRA_API_VERSION, "resource.k8s.io/v1beta2"),
 }
-_NODE_SELECTION = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -77,67 +80,17 @@ def _list(obj: Any, path: str) -> list[Any]:
     return obj
 
 
-def _name(obj: Any, path: str) -> str:
-    if not isinstance(obj, str) or not obj:
-        raise _Malformed(path, "required" if obj in (None, "") else "must be a string")
-    return obj
-
-
-def _check_slice(spec: Obj) -> None:
-    _name(spec.get("driver"), "spec.driver")
-    _name(_mapping(spec.get("pool"), "spec.pool").get("name"), "spec.pool.name")
-    chosen = [f for f in _NODE_SELECTION if spec.get(f) not in (None, False, "")]
-    if len(chosen) != 1:
-        allowed = ", ".join(_NODE_SELECTION)
-        got = f"got {', '.join(chosen)}" if chosen else "got none"
-        raise _Malformed("spec", f"exactly one of {allowed} is required, {got}")
-    for i, device in enumerate(_list(spec.get("devices"), "spec.devices")):
-        where = f"spec.devices[{i}]"
-        device = _mapping(device, where)
-        _name(device.get("name"), f"{where}.name")
-        for field in ("attributes", "capacity"):
-            for key, value in _mapping(device.get(field), f"{where}.{field}", required=False).items():
-                _mapping(value, f"{where}.{field}[{key}]")
-    _list(spec.get("sharedCounters"), "spec.sharedCounters")
-
-
-def _check_requests(devices: Obj, path: str) -> None:
-    for i, request in enumerate(_list(devices.get("requests"), f"{path}.requests")):
-        _name(_mapping(request, f"{path}.requests[{i}]").get("name"), f"{path}.requests[{i}].name")
-    _list(devices.get("constraints"), f"{path}.constraints")
-    _list(devices.get("config"), f"{path}.config")
-
-
-def _check_claim_spec(spec: Obj, path: str) -> None:
-    _check_requests(_mapping(spec.get("devices"), f"{path}.devices", required=False), f"{path}.devices")
-
-
 def _check_object(obj: Obj, kind: str) -> None:
-    """Raise `_Malformed` if a known-kind object lacks what the extender indexes."""
+    """Raise `_Malformed` if a known-kind object is not one the API server would serve."""
     if obj.get("apiVersion") not in API_VERSIONS[kind]:
         got = obj.get("apiVersion")
         raise _Malformed(
             "apiVersion", f"{got!r} is not served for {kind}; allowed: {', '.join(API_VERSIONS[kind])}"
         )
-    meta = _mapping(obj.get("metadata"), "metadata")
-    _name(meta.get("name"), "metadata.name")
-    if kind == "ResourceSlice":
-        _check_slice(_mapping(obj.get("spec"), "spec"))
-    elif kind == "DeviceClass":
-        spec = _mapping(obj.get("spec"), "spec", required=False)
-        for i, selector in enumerate(_list(spec.get("selectors"), "spec.selectors")):
-            _mapping(selector, f"spec.selectors[{i}]")
-    elif kind == "ResourceClaim":
-        _check_claim_spec(_mapping(obj.get("spec"), "spec"), "spec")
-        _mapping(obj.get("status"), "status", required=False)
-    elif kind == "ResourceClaimTemplate":
-        inner = _mapping(_mapping(obj.get("spec"), "spec").get("spec"), "spec.spec")
-        _check_claim_spec(inner, "spec.spec")
-    elif kind == "DeviceTaintRule":
-        _mapping(_mapping(obj.get("spec"), "spec").get("taint"), "spec.taint")
-    elif kind in ("Pod", "Node"):
-        _mapping(obj.get("spec"), "spec", required=False)
-        _mapping(obj.get("status"), "status", required=False)
+    try:
+        validate(obj)
+    except InvalidObject as exc:
+        raise _Malformed("", exc.detail) from None
 
 
 def _files(path: Path) -> list[Path]:
@@ -191,9 +144,8 @@ def _unpack(doc: Obj, label: str) -> Iterator[tuple[str, Obj]]:
 
 
 def _describe(obj: Obj) -> str:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, dict) else None
-    return f"{obj.get('kind')} {name}" if isinstance(name, str) and name else str(obj.get("kind"))
+    ref = object_ref(obj)
+    return f"{obj.get('kind')} {ref}" if ref else str(obj.get("kind"))
 
 
 def load_state_paths(paths: Sequence[Path], *, _warn: Callable[[str], None] | None = None) -> list[Obj]:
@@ -202,18 +154,21 @@ def load_state_paths(paths: Sequence[Path], *, _warn: Callable[[str], None] | No
     Args:
         paths: YAML or JSON files (multi-document YAML, `List`/`*List` kinds allowed) and
             directories (searched recursively for `*.yaml`, `*.yml`, `*.json`, sorted).
-        _warn: test hook replacing the warning logger call for skipped kinds.
+        _warn: test hook replacing the warning logger call (skipped kinds, identical
+            duplicates, duplicate device names across the slices of one pool).
 
     Returns:
         The objects in file and document order, each with `kind` set.
 
     Raises:
-        StateLoadError: a path is missing, a document is not valid YAML/JSON, or an object
-            of a known kind is malformed; the message names file, document and field.
+        StateLoadError: a path is missing, a document is not valid YAML/JSON, an object of a
+            known kind fails `extender.validation` (the message names file, document and
+            field), or two different objects share kind, namespace and name (both named).
     """
     warn = _warn or (lambda msg: logger.warning("%s", msg))
     warned: set[str] = set()
     objects: list[Obj] = []
+    seen: dict[tuple[str, str, str], tuple[str, Obj]] = {}  # kind, namespace, name -> where, object
     for root in paths:
         for file in _files(Path(root)):
             for index, doc in _documents(file):
@@ -233,7 +188,56 @@ def load_state_paths(paths: Sequence[Path], *, _warn: Callable[[str], None] | No
                             continue
                         label = f"{item_label} ({_describe(obj)})"
                         _check_object(obj, kind)
-                        objects.append(obj)
+                        if _is_new(seen, obj, f"{file}: {label}", warn):
+                            objects.append(obj)
                 except _Malformed as exc:
                     raise StateLoadError(f"{file}: {label}: {exc}") from None
+    _warn_duplicate_devices(objects, warn)
     return objects
+
+
+def _is_new(
+    seen: dict[tuple[str, str, str], tuple[str, Obj]], obj: Obj, where: str, warn: Callable[[str], None]
+) -> bool:
+    """Record `obj`; False for an identical repeat (warned), StateLoadError for a different one.
+
+    A state file stands for one cluster, where kind/namespace/name is unique: a second,
+    different object under the same name would silently replace the first (a node could
+    lose all its GPUs), so it is an error naming both documents.
+    """
+    kind = obj["kind"]
+    key = (kind, *object_key(obj))
+    first = seen.get(key)
+    if first is None:
+        seen[key] = (where, obj)
+        return True
+    if first[1] == obj:
+        warn(f"{where}: identical to {first[0]}; the repeat is ignored")
+        return False
+    raise StateLoadError(
+        f"{where}: another {kind} with the same name is in {first[0]}; a state holds one object per "
+        "kind, namespace and name"
+    )
+
+
+def _warn_duplicate_devices(objects: list[Obj], warn: Callable[[str], None]) -> None:
+    """Warn about device names repeated across the slices of one pool generation.
+
+    Upstream lets such slices in (each slice alone is valid) and the allocator marks the pool
+    invalid; the warning says so at start-up instead of at the first pod.
+    """
+    owners: dict[tuple[str, str, int, str], str] = {}  # driver, pool, generation, device -> slice
+    for obj in objects:
+        if obj["kind"] != "ResourceSlice":
+            continue
+        spec = obj["spec"]
+        pool = spec["pool"]
+        for device in spec.get("devices") or ():
+            key = (spec["driver"], pool["name"], pool.get("generation") or 0, device["name"])
+            first = owners.setdefault(key, obj["metadata"]["name"])
+            if first != obj["metadata"]["name"]:
+                warn(
+                    f"ResourceSlice {first} and {obj['metadata']['name']}: pool {key[0]}/{key[1]}: "
+                    f"duplicate device name {key[3]}; the pool is invalid, none of its devices will be "
+                    "allocated"
+                )

@@ -61,6 +61,9 @@ class ClusterState:
 
     def __init__(self) -> None:
         self._objects: dict[str, dict[Key, Obj]] = {kind: {} for kind in KINDS}
+        # Objects the kube source refused (extender.validation), with why: pods that use one
+        # get that reason instead of "not found". Never holds an object that is also stored.
+        self._rejected: dict[str, dict[Key, str]] = {kind: {} for kind in KINDS}
         self.devices_generation = 0
         self.claims_generation = 0
         # (claims_generation after the change, kind, key, op), one entry per claim-side change;
@@ -130,19 +133,32 @@ class ClusterState:
         objects = self._objects[kind]
         op = UPDATED if key in objects else ADDED
         objects[key] = obj
+        self._rejected[kind].pop(key, None)
         self._bump(kind, key, op)
 
     def delete(self, kind: str, name: str, namespace: str = "") -> Obj | None:
         """Remove one object; returns it, or None if it was not there."""
         key = ("" if kind in CLUSTER_SCOPED else namespace or "default", name)
         removed = self._objects[kind].pop(key, None)
-        if removed is not None:
+        if self._rejected[kind].pop(key, None) is not None or removed is not None:
             self._bump(kind, key, DELETED)
         return removed
 
-    def replace_kind(self, kind: str, objects: Iterable[Obj]) -> None:
-        """Swap in the full list of one kind (after a relist) in one step."""
+    def reject(self, kind: str, key: Key, reason: str) -> None:
+        """Record that the object `key` of `kind` is invalid; a stored version of it is dropped."""
+        self._objects[kind].pop(key, None)
+        self._rejected[kind][key] = reason
+        self._bump(kind, key, DELETED)  # for readers of the change log, the object is gone
+
+    def rejection(self, kind: str, name: str, namespace: str = "") -> str | None:
+        """Why the object was refused, or None if it was not."""
+        key = ("" if kind in CLUSTER_SCOPED else namespace or "default", name)
+        return self._rejected[kind].get(key)
+
+    def replace_kind(self, kind: str, objects: Iterable[Obj], rejected: dict[Key, str] | None = None) -> None:
+        """Swap in the full list of one kind (after a relist) in one step, with its refused objects."""
         self._objects[kind] = {object_key(obj): obj for obj in objects}
+        self._rejected[kind] = dict(rejected or {})
         self._bump(kind)
 
     def get(self, kind: str, name: str, namespace: str = "") -> Obj | None:
