@@ -18,8 +18,11 @@ Why binds cannot hand out one device twice, step by step:
    recomputed and sees A's devices as taken: it picks others or fails with no_fit;
 4. A's and B's API writes run outside the lock, in parallel;
 5. the assumed entries stay until the watch shows the written claims (then the written
-   allocation counts, and `collect_allocated` skips an assumed entry whose claim shows an
-   allocation, so nothing counts twice) or until they expire. A failed bind forgets them.
+   allocation counts, and `collect_allocated` skips an assumed entry whose claim shows that
+   same allocation, so nothing counts twice) or until they expire. A failed bind forgets them.
+   An entry whose claim shows someone else's allocation keeps counting until its bind forgets
+   it: the bind is still running and writes those devices if the claim is deallocated before
+   its re-read (the race is in tests/kube_bind/test_bind_regressions.py).
 Across replicas, leader election keeps a single binder: a follower refuses at once, and
 leadership is checked again before every write, so a bind that outlives the Lease stops (and
 undoes its writes) instead of racing the new leader. A claim written by someone else meanwhile
@@ -61,7 +64,13 @@ from kubernetes.client.exceptions import ApiException
 
 from extender import telemetry
 from extender.binder import DELETE_PROTECTION_FINALIZER
-from extender.claims import RESERVED_FOR_MAX, allocation_fits_node, claim_ref, resolve_pod_claims
+from extender.claims import (
+    RESERVED_FOR_MAX,
+    allocation_fits_node,
+    claim_ref,
+    resolve_pod_claims,
+    same_devices,
+)
 from extender.cluster.state import ClusterState
 from extender.placement import PASSED, Placement
 from extender.worker import WorkTimeout
@@ -365,7 +374,7 @@ class KubeBinder:
             existing = status.get("allocation")
             if write.allocation is not None:
                 if existing:
-                    if _same_devices(existing, write.allocation) and _reserved(status, consumer["uid"]):
+                    if same_devices(existing, write.allocation) and _reserved(status, consumer["uid"]):
                         write.current = current  # our own earlier write (a retried request)
                         return
                     raise BindFailure(
@@ -429,7 +438,7 @@ class KubeBinder:
                         r for r in new_status.get("reservedFor") or () if r.get("uid") != consumer["uid"]
                     ]
                     new_status["reservedFor"] = remaining
-                    ours = write.allocation is not None and _same_devices(
+                    ours = write.allocation is not None and same_devices(
                         new_status.get("allocation"), write.allocation
                     )
                     if ours and not remaining:
@@ -608,27 +617,9 @@ def _finalizers(claim: Obj) -> list[str]:
     return list((claim.get("metadata") or {}).get("finalizers") or ())
 
 
-def _device_keys(allocation: Obj | None) -> list[tuple[str, str, str, str, str]]:
-    results = ((allocation or {}).get("devices") or {}).get("results") or ()
-    return sorted(
-        (
-            r.get("request", ""),
-            r.get("driver", ""),
-            r.get("pool", ""),
-            r.get("device", ""),
-            r.get("shareID", ""),
-        )
-        for r in results
-    )
-
-
-def _same_devices(a: Obj | None, b: Obj | None) -> bool:
-    """Two allocations hand out the same devices for the same requests (format-insensitive)."""
-    return _device_keys(a) == _device_keys(b)
-
-
 def _device_names(allocation: Obj) -> str:
-    return ", ".join(f"{k[2]}/{k[3]}" for k in _device_keys(allocation)) or "none"
+    results = ((allocation or {}).get("devices") or {}).get("results") or ()
+    return ", ".join(sorted(f"{r.get('pool', '')}/{r.get('device', '')}" for r in results)) or "none"
 
 
 def _with_type(claim: Obj) -> Obj:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -459,6 +459,16 @@ async def run_in_memory(scenario: Scenario, seed: int) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(scenario=scenarios(), base_seed=st.integers(0, 2**32 - 1))
+@example(  # assumed entry of a claim allocated elsewhere (tests/kube_bind/test_bind_regressions.py)
+    scenario=Scenario(
+        gpus=(1,),
+        claim_counts=(1, 1),
+        pod_claims=((0,), (0,), (0,), (1,)),
+        preallocated=(),
+        ops=(Op("bind", 0, 0), Op("bind", 3, 0), Op("foreign", 0)),
+    ),
+    base_seed=0,
+)
 def test_interleavings_in_memory(scenario: Scenario, base_seed: int) -> None:
     """100 scenarios x 10 seeded schedules = 1,000 interleavings (see the module docstring)."""
     for offset in range(SCHEDULES_PER_SCENARIO):
