@@ -177,9 +177,10 @@ class KubeBinder:
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube-bind")
         # Guards choose-devices-and-assume only (see the module docstring); never held across I/O.
         self._choose_lock = asyncio.Lock()
-        # claim uid -> (namespace, name) of claims we wrote whose assumed entry waits for the
-        # watch. Written on the event loop and read on the worker (`_prune_assumed`): the lock.
-        self._written: dict[str, tuple[str, str]] = {}
+        # claim uid -> (namespace, name, resourceVersion of our write) of claims we wrote whose
+        # assumed entry waits for the watch. Written on the event loop and read on the worker
+        # (`_prune_assumed`): the lock.
+        self._written: dict[str, tuple[str, str, str]] = {}
         self._written_lock = threading.Lock()
 
     @property
@@ -265,7 +266,8 @@ class KubeBinder:
         with self._written_lock:
             for write in writes:
                 if write.allocation is not None:
-                    self._written[write.uid] = (write.namespace, write.name)
+                    written_rv = ((write.current or {}).get("metadata") or {}).get("resourceVersion", "")
+                    self._written[write.uid] = (write.namespace, write.name, str(written_rv))
         # Gang members see this pod on its node before the watch shows it (extender/gang.py).
         await worker.run(self._placement.assumed.assume_pod, pod_uid, node)
         log.info(
@@ -350,13 +352,10 @@ class KubeBinder:
         active = self._placement.assumed.active()
         with self._written_lock:
             written = list(self._written.items())
-        for claim_uid, (namespace, name) in written:
+        for claim_uid, (namespace, name, written_rv) in written:
             claim = self._state.get("ResourceClaim", name, namespace)
-            meta = (claim or {}).get("metadata") or {}
-            visible = (
-                claim is None or meta.get("uid") != claim_uid or (claim.get("status") or {}).get("allocation")
-            )
-            if claim_uid not in active or visible:
+            assumed = active.get(claim_uid)
+            if assumed is None or _write_seen(claim, claim_uid, assumed, written_rv):
                 self._placement.assumed.forget(claim_uid)
                 with self._written_lock:
                     self._written.pop(claim_uid, None)
@@ -573,6 +572,37 @@ class KubeBinder:
                     f"it is bound to {bound_to or 'no node'}",
                     CONFLICT,
                 ) from None
+
+
+def _write_seen(claim: Obj | None, claim_uid: str, allocation: Obj, written_rv: str) -> bool:
+    """The watched claim shows our written allocation, or a later version: its assumed entry can go.
+
+    Any allocation shown is not enough. The watch may lag behind someone else's allocation and
+    release of the claim before our write, step by step:
+    1. another scheduler allocates claim c0 elsewhere, then c0 is deallocated (its user went);
+    2. our bind, which chose n0/gpu-0 for c0 from the lagging state, gets a 409, re-reads c0,
+       finds it unallocated and writes c0 -> n0/gpu-0: it succeeds;
+    3. the watch delivers step 1's allocation only. Forgetting c0's entry now (as when any
+       allocation counted as "visible") left n0/gpu-0 free in the state until our write shows,
+       and the next bind gave it to another claim.
+    So: the claim is gone or replaced, or the watch reached our write's resourceVersion (the
+    integer comparison kube-scheduler's assume cache makes), or, where resourceVersions are
+    not integers, the claim shows our devices.
+    """
+    meta = (claim or {}).get("metadata") or {}
+    if claim is None or meta.get("uid") != claim_uid:
+        return True  # deleted (and maybe re-created): the watch is past our write
+    seen, ours = _int_version(meta.get("resourceVersion")), _int_version(written_rv)
+    if seen is not None and ours is not None:
+        return seen >= ours
+    return same_devices((claim.get("status") or {}).get("allocation"), allocation)
+
+
+def _int_version(resource_version: Any) -> int | None:
+    try:
+        return int(resource_version)
+    except (TypeError, ValueError):
+        return None
 
 
 def _forget_all(assumed: Any, claim_uids: list[str]) -> None:

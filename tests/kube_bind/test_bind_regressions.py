@@ -22,6 +22,13 @@ Fix (extender/claims.py, `collect_allocated`): an assumed entry is skipped only 
 shows the *same* devices; otherwise both the visible and the assumed devices count as taken
 until the bind forgets its entry (it fails at the re-read, or writes and the watch shows it).
 Step 4 then answers no_fit for p3, and step 5 is a legitimate single allocation.
+
+The same mistake in the binder's prune of written claims (found while tracing the above):
+`_prune_assumed` forgot the entry of a claim we wrote as soon as the watched claim showed
+*any* allocation. If someone else's allocation and release of the claim came before our write,
+the lagging watch shows their allocation first: our entry went, our devices looked free until
+our write showed, and the next bind took them. The entry now goes when the watch reaches our
+write's resourceVersion, or the claim is gone (`kube_binder._write_seen`, step by step there).
 """
 
 from __future__ import annotations
@@ -36,10 +43,9 @@ import pytest
 
 from extender.allocator.model import DeviceID
 from extender.assumed import AssumeCache
-from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.claims import collect_allocated, same_devices
 from extender.cluster.state import ClusterState
-from extender.kube_binder import NO_FIT, OK, KubeBinder
+from extender.kube_binder import NO_FIT, OK, KubeBinder, _write_seen
 from extender.placement import Placement
 from tests.fakeapi.store import Store
 from tests.kube_bind.cluster import NAMESPACE, allocation
@@ -58,6 +64,7 @@ from tests.kube_bind.test_bind_properties import (
     check_assumed,
     device_owners,
     objects_of,
+    release_foreign,
     run_in_memory,
 )
 
@@ -107,17 +114,6 @@ class GatedBinder(KubeBinder):
         return fn(*args, **kwargs)
 
 
-def _release_foreign(current: Obj) -> Obj:
-    """What deallocation of a claim nobody reserves any more writes (resourceclaim controller or
-    the scheduler's PostFilter): no allocation, no reservations, no delete-protection finalizer."""
-    updated = copy.deepcopy(current)
-    updated["status"] = {}
-    updated["metadata"]["finalizers"] = [
-        f for f in updated["metadata"].get("finalizers") or () if f != DELETE_PROTECTION_FINALIZER
-    ]
-    return updated
-
-
 async def _allocated_elsewhere_then_released() -> tuple[Store, dict[str, tuple[str, str]], list[str]]:
     """Steps 1-5 of the module docstring, each at a fixed point; returns the store, the binds'
     (error, reason) by pod and the violations of invariant 3 seen between the steps."""
@@ -161,7 +157,9 @@ async def _allocated_elsewhere_then_released() -> tuple[Store, dict[str, tuple[s
     results = {"p3": await bind("p3")}
     invariant()
     # 3 and 5. c0 is released before p0's bind goes on: its status write 409s, it re-reads c0.
-    store.put(_release_foreign(get("ResourceClaim", "c0")))
+    released = release_foreign(get("ResourceClaim", "c0"), 0)
+    assert released is not None
+    store.put(released)
     watch.deliver()
     gate.release.set()
     results["p0"] = await first
@@ -182,6 +180,70 @@ def test_assumed_devices_of_a_claim_allocated_elsewhere_stay_taken() -> None:
     c0 = store.get(CLAIMS, NAMESPACE, "c0")
     assert [r["device"] for r in c0["status"]["allocation"]["devices"]["results"]] == ["gpu-0"]
     assert not (store.get(CLAIMS, NAMESPACE, "c1").get("status") or {}).get("allocation")
+
+
+async def _our_write_behind_a_foreign_allocation() -> tuple[Store, dict[str, tuple[str, str]]]:
+    """c0 is allocated elsewhere and released before p0's bind, unseen by the watch; p0's bind
+    (409, re-read) writes c0; the watch then shows only the foreign allocation; p3 binds."""
+    store = Store()
+    for obj in objects_of(ONE_GPU_TWO_CLAIMS):
+        store.put(obj)
+    state = ClusterState()
+    watch = StoreWatch(store, state)
+    placement = Placement(state, features=FEATURES, assumed=AssumeCache(ttl_seconds=3600))
+    placement.worker = InlineWorker()  # type: ignore[assignment]
+    binder = GatedBinder(StoreApi(store), state, placement)
+
+    def get_claim(name: str) -> Obj:
+        return copy.deepcopy(store.get(CLAIMS, NAMESPACE, name))
+
+    async def bind(pod_name: str) -> tuple[str, str]:
+        uid = store.get(PODS, NAMESPACE, pod_name)["metadata"]["uid"]
+        return await binder.bind_with_reason(namespace=NAMESPACE, name=pod_name, uid=uid, node="n0")
+
+    foreign = allocate_elsewhere(get_claim("c0"), 0)
+    assert foreign is not None
+    store.put(foreign)
+    released = release_foreign(get_claim("c0"), 0)
+    assert released is not None
+    store.put(released)
+    results = {"p0": await bind("p0")}
+    watch.deliver(1)  # the foreign allocation only
+    shown = state.get("ResourceClaim", "c0", NAMESPACE)
+    assert (
+        shown is not None
+        and shown["status"]["allocation"]["nodeSelector"] == foreign["status"]["allocation"]["nodeSelector"]
+    )
+    results["p3"] = await bind("p3")
+    watch.deliver()
+    check_assumed(placement, store.list(CLAIMS)[0])
+    binder.close()
+    return store, results
+
+
+def test_written_entry_outlives_an_older_foreign_allocation_in_the_watch() -> None:
+    """Without the fix p3 gets n0/gpu-0, which p0's bind wrote to c0."""
+    store, results = asyncio.run(_our_write_behind_a_foreign_allocation())
+    owners = device_owners(store.list(CLAIMS)[0])
+    assert all(len(o) == 1 for o in owners.values()), f"devices in two claims: {owners}"
+    assert results["p0"] == ("", OK)
+    assert results["p3"][1] == NO_FIT, results["p3"]
+
+
+def test_write_seen_by_resource_version_else_by_devices() -> None:
+    ours = allocation("n0", ["gpu-0"])
+    theirs = allocation("elsewhere", ["gpu-0"])
+
+    def shown(alloc: Obj | None, rv: str, uid: str = "u") -> Obj:
+        return {**_claim(uid, alloc), "metadata": {"uid": uid, "resourceVersion": rv}}
+
+    assert not _write_seen(shown(theirs, "12"), "u", ours, "14")  # older: the watch lags
+    assert _write_seen(shown(ours, "14"), "u", ours, "14")
+    assert _write_seen(shown(None, "15"), "u", ours, "14")  # later: deallocated since
+    assert _write_seen(None, "u", ours, "14")  # deleted
+    assert _write_seen(shown(None, "3", uid="other"), "u", ours, "14")  # re-created
+    assert not _write_seen(shown(theirs, "x"), "u", ours, "y")  # not integers: by devices
+    assert _write_seen(shown(ours, "x"), "u", ours, "y")
 
 
 # ---------------------------------------------------------------------- collect_allocated
