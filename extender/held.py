@@ -8,9 +8,10 @@ per device, so a change costs the devices of the changed claims: it reads the cl
 since its generation from the state's change log and re-parses only those allocations.
 
 Rules kept from `collect_allocated`: results with adminAccess hold nothing; a share holds its
-device and adds its consumed capacity; an assumed allocation whose claim already shows an
-allocation (same uid) does not count twice. `allocated()` equals `collect_allocated` over the
-same claims and assumed entries (devices, shared ids, summed capacity).
+device and adds its consumed capacity; an assumed allocation whose claim already shows the same
+devices (same uid) does not count twice, while one whose claim shows a *different* allocation
+still counts (the double-allocation race written out at `collect_allocated`). `allocated()`
+equals `collect_allocated` over the same claims and assumed entries (devices, shared ids, summed capacity).
 
 Single-threaded: used by placement on the event loop.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.allocator.model import DeviceID
-from extender.claims import AllocatedDevices, HeldDevices, held_devices
+from extender.claims import AllocatedDevices, HeldDevices, held_devices, same_devices
 from extender.cluster.state import ADDED, DELETED, ClusterState, Key, object_key
 from extender.quantity import Quantity
 
@@ -41,7 +42,7 @@ class HeldLedger:
         self._rank: dict[Key, int] = {}  # every claim's place in the state's iteration order
         self._next_rank = 0
         self._claim_uid: dict[Key, Any] = {}  # allocated claims' uids, for the assumed rule
-        self._written: dict[Any, int] = {}  # uid -> allocated claims carrying it
+        self._written: dict[Any, set[Key]] = {}  # uid -> keys of the allocated claims carrying it
         self._assumed: dict[str, Obj] = {}  # the assumed entries seen last
         self._exclusive: dict[DeviceID, int] = {}
         self._shares: dict[tuple[DeviceID, str], int] = {}
@@ -105,7 +106,7 @@ class HeldLedger:
         if current is not None:
             self._remove(source, touched)
             uid = self._claim_uid.pop(key)
-            self._written[uid] -= 1
+            self._written[uid].discard(key)
             if not self._written[uid]:
                 del self._written[uid]
             uids.add(uid)
@@ -118,15 +119,19 @@ class HeldLedger:
     ) -> Any:
         uid = (claim.get("metadata") or {}).get("uid", "")
         self._claim_uid[key] = uid
-        self._written[uid] = self._written.get(uid, 0) + 1
+        self._written.setdefault(uid, set()).add(key)
         self._add(("claim", key), allocation, held, touched)
         return uid
 
     def _update_assumed(self, assumed: dict[str, Obj], uids: set[Any], touched: set[DeviceID]) -> None:
-        """Assumed entries count unless their claim's write is visible (same uid)."""
+        """Assumed entries count unless their claim (same uid) visibly holds the same devices."""
         for uid in {*assumed, *self._assumed, *uids}:
             source: Source = ("assumed", uid)
-            wanted = assumed.get(uid) if uid not in self._written else None
+            wanted = assumed.get(uid)
+            if wanted is not None and any(
+                same_devices(self._sources[("claim", key)][0], wanted) for key in self._written.get(uid, ())
+            ):
+                wanted = None  # its write is visible: counted once, as the claim's
             current = self._sources.get(source)
             if current is not None and current[0] is wanted:
                 continue

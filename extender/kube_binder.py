@@ -18,8 +18,11 @@ Why binds cannot hand out one device twice, step by step:
    recomputed and sees A's devices as taken: it picks others or fails with no_fit;
 4. A's and B's API writes run outside the lock, in parallel;
 5. the assumed entries stay until the watch shows the written claims (then the written
-   allocation counts, and `collect_allocated` skips an assumed entry whose claim shows an
-   allocation, so nothing counts twice) or until they expire. A failed bind forgets them.
+   allocation counts, and `collect_allocated` skips an assumed entry whose claim shows that
+   same allocation, so nothing counts twice) or until they expire. A failed bind forgets them.
+   An entry whose claim shows someone else's allocation keeps counting until its bind forgets
+   it: the bind is still running and writes those devices if the claim is deallocated before
+   its re-read (the race is in tests/kube_bind/test_bind_regressions.py).
 Across replicas, leader election keeps a single binder: a follower refuses at once, and
 leadership is checked again before every write, so a bind that outlives the Lease stops (and
 undoes its writes) instead of racing the new leader. A claim written by someone else meanwhile
@@ -61,7 +64,13 @@ from kubernetes.client.exceptions import ApiException
 
 from extender import telemetry
 from extender.binder import DELETE_PROTECTION_FINALIZER
-from extender.claims import RESERVED_FOR_MAX, allocation_fits_node, claim_ref, resolve_pod_claims
+from extender.claims import (
+    RESERVED_FOR_MAX,
+    allocation_fits_node,
+    claim_ref,
+    resolve_pod_claims,
+    same_devices,
+)
 from extender.cluster.state import ClusterState
 from extender.placement import PASSED, Placement
 from extender.worker import WorkTimeout
@@ -168,9 +177,10 @@ class KubeBinder:
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube-bind")
         # Guards choose-devices-and-assume only (see the module docstring); never held across I/O.
         self._choose_lock = asyncio.Lock()
-        # claim uid -> (namespace, name) of claims we wrote whose assumed entry waits for the
-        # watch. Written on the event loop and read on the worker (`_prune_assumed`): the lock.
-        self._written: dict[str, tuple[str, str]] = {}
+        # claim uid -> (namespace, name, resourceVersion of our write) of claims we wrote whose
+        # assumed entry waits for the watch. Written on the event loop and read on the worker
+        # (`_prune_assumed`): the lock.
+        self._written: dict[str, tuple[str, str, str]] = {}
         self._written_lock = threading.Lock()
 
     @property
@@ -256,7 +266,8 @@ class KubeBinder:
         with self._written_lock:
             for write in writes:
                 if write.allocation is not None:
-                    self._written[write.uid] = (write.namespace, write.name)
+                    written_rv = ((write.current or {}).get("metadata") or {}).get("resourceVersion", "")
+                    self._written[write.uid] = (write.namespace, write.name, str(written_rv))
         # Gang members see this pod on its node before the watch shows it (extender/gang.py).
         await worker.run(self._placement.assumed.assume_pod, pod_uid, node)
         log.info(
@@ -341,13 +352,10 @@ class KubeBinder:
         active = self._placement.assumed.active()
         with self._written_lock:
             written = list(self._written.items())
-        for claim_uid, (namespace, name) in written:
+        for claim_uid, (namespace, name, written_rv) in written:
             claim = self._state.get("ResourceClaim", name, namespace)
-            meta = (claim or {}).get("metadata") or {}
-            visible = (
-                claim is None or meta.get("uid") != claim_uid or (claim.get("status") or {}).get("allocation")
-            )
-            if claim_uid not in active or visible:
+            assumed = active.get(claim_uid)
+            if assumed is None or _write_seen(claim, claim_uid, assumed, written_rv):
                 self._placement.assumed.forget(claim_uid)
                 with self._written_lock:
                     self._written.pop(claim_uid, None)
@@ -365,7 +373,7 @@ class KubeBinder:
             existing = status.get("allocation")
             if write.allocation is not None:
                 if existing:
-                    if _same_devices(existing, write.allocation) and _reserved(status, consumer["uid"]):
+                    if same_devices(existing, write.allocation) and _reserved(status, consumer["uid"]):
                         write.current = current  # our own earlier write (a retried request)
                         return
                     raise BindFailure(
@@ -429,7 +437,7 @@ class KubeBinder:
                         r for r in new_status.get("reservedFor") or () if r.get("uid") != consumer["uid"]
                     ]
                     new_status["reservedFor"] = remaining
-                    ours = write.allocation is not None and _same_devices(
+                    ours = write.allocation is not None and same_devices(
                         new_status.get("allocation"), write.allocation
                     )
                     if ours and not remaining:
@@ -566,6 +574,37 @@ class KubeBinder:
                 ) from None
 
 
+def _write_seen(claim: Obj | None, claim_uid: str, allocation: Obj, written_rv: str) -> bool:
+    """The watched claim shows our written allocation, or a later version: its assumed entry can go.
+
+    Any allocation shown is not enough. The watch may lag behind someone else's allocation and
+    release of the claim before our write, step by step:
+    1. another scheduler allocates claim c0 elsewhere, then c0 is deallocated (its user went);
+    2. our bind, which chose n0/gpu-0 for c0 from the lagging state, gets a 409, re-reads c0,
+       finds it unallocated and writes c0 -> n0/gpu-0: it succeeds;
+    3. the watch delivers step 1's allocation only. Forgetting c0's entry now (as when any
+       allocation counted as "visible") left n0/gpu-0 free in the state until our write shows,
+       and the next bind gave it to another claim.
+    So: the claim is gone or replaced, or the watch reached our write's resourceVersion (the
+    integer comparison kube-scheduler's assume cache makes), or, where resourceVersions are
+    not integers, the claim shows our devices.
+    """
+    meta = (claim or {}).get("metadata") or {}
+    if claim is None or meta.get("uid") != claim_uid:
+        return True  # deleted (and maybe re-created): the watch is past our write
+    seen, ours = _int_version(meta.get("resourceVersion")), _int_version(written_rv)
+    if seen is not None and ours is not None:
+        return seen >= ours
+    return same_devices((claim.get("status") or {}).get("allocation"), allocation)
+
+
+def _int_version(resource_version: Any) -> int | None:
+    try:
+        return int(resource_version)
+    except (TypeError, ValueError):
+        return None
+
+
 def _forget_all(assumed: Any, claim_uids: list[str]) -> None:
     for claim_uid in claim_uids:
         assumed.forget(claim_uid)
@@ -608,27 +647,9 @@ def _finalizers(claim: Obj) -> list[str]:
     return list((claim.get("metadata") or {}).get("finalizers") or ())
 
 
-def _device_keys(allocation: Obj | None) -> list[tuple[str, str, str, str, str]]:
-    results = ((allocation or {}).get("devices") or {}).get("results") or ()
-    return sorted(
-        (
-            r.get("request", ""),
-            r.get("driver", ""),
-            r.get("pool", ""),
-            r.get("device", ""),
-            r.get("shareID", ""),
-        )
-        for r in results
-    )
-
-
-def _same_devices(a: Obj | None, b: Obj | None) -> bool:
-    """Two allocations hand out the same devices for the same requests (format-insensitive)."""
-    return _device_keys(a) == _device_keys(b)
-
-
 def _device_names(allocation: Obj) -> str:
-    return ", ".join(f"{k[2]}/{k[3]}" for k in _device_keys(allocation)) or "none"
+    results = ((allocation or {}).get("devices") or {}).get("results") or ()
+    return ", ".join(sorted(f"{r.get('pool', '')}/{r.get('device', '')}" for r in results)) or "none"
 
 
 def _with_type(claim: Obj) -> Obj:

@@ -24,7 +24,9 @@ server, the real `kubernetes` client on the binder's thread pool, and the real w
 hook. Thread timing makes those runs non-deterministic; they check the same invariants.
 
 External events in both: claims allocated by "someone else" (on a node the extender never
-binds to, as another scheduler would), and claims deleted.
+binds to, as another scheduler would), and claims deleted; in memory also such a foreign
+allocation released again (its user went away: the claim is deallocated), which lets a bind
+still holding an assumption for that claim write it after all.
 
 Invariants checked after each run (and the assumed-device one at every step):
 1. no device appears in two claims' allocations;
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -84,8 +86,8 @@ _SERIALIZER = client.ApiClient()
 # ---------------------------------------------------------------------- scenarios
 @dataclass(frozen=True)
 class Op:
-    kind: str  # bind, filter, foreign, delete
-    target: int  # pod index (bind, filter) or claim index (foreign, delete)
+    kind: str  # bind, filter, foreign, release, delete
+    target: int  # pod index (bind, filter) or claim index (foreign, release, delete)
     node: int = 0  # bind: node index
 
 
@@ -114,6 +116,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         st.builds(Op, st.just("bind"), pod_ids, st.integers(0, len(gpus) - 1)),
         st.builds(Op, st.just("filter"), pod_ids),
         st.builds(Op, st.just("foreign"), claim_ids),
+        st.builds(Op, st.just("release"), claim_ids),
         st.builds(Op, st.just("delete"), claim_ids),
     )
     ops = tuple(draw(st.lists(op, min_size=1, max_size=8)))
@@ -167,6 +170,23 @@ def allocate_elsewhere(current: Obj | None, index: int) -> Obj | None:
         "allocation": allocation(ELSEWHERE, devices),
         "reservedFor": [{"resource": "pods", "name": "foreign", "uid": f"foreign-{index}"}],
     }
+    return updated
+
+
+def release_foreign(current: Obj | None, index: int) -> Obj | None:
+    """Deallocation of claim `index`'s foreign allocation once nobody reserves it (what the
+    resourceclaim controller or the scheduler's PostFilter writes): no allocation, no
+    reservations, no delete-protection finalizer. None: not allocated by someone else."""
+    if current is None or current["metadata"].get("deletionTimestamp"):
+        return None
+    status = current.get("status") or {}
+    if [r.get("uid") for r in status.get("reservedFor") or ()] != [f"foreign-{index}"]:
+        return None
+    updated = copy.deepcopy(current)
+    updated["status"] = {}
+    updated["metadata"]["finalizers"] = [
+        f for f in updated["metadata"].get("finalizers") or () if f != DELETE_PROTECTION_FINALIZER
+    ]
     return updated
 
 
@@ -424,8 +444,9 @@ async def run_in_memory(scenario: Scenario, seed: int) -> None:
             seen = state.get("Pod", f"p{op.target}", NAMESPACE)
             if seen is not None:
                 placement.filter(seen, nodes)
-        elif op.kind == "foreign":
-            updated = allocate_elsewhere(get("ResourceClaim", f"c{op.target}"), op.target)
+        elif op.kind in ("foreign", "release"):
+            external = allocate_elsewhere if op.kind == "foreign" else release_foreign
+            updated = external(get("ResourceClaim", f"c{op.target}"), op.target)
             if updated is not None:
                 store.put(updated)
         else:
@@ -459,6 +480,16 @@ async def run_in_memory(scenario: Scenario, seed: int) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(scenario=scenarios(), base_seed=st.integers(0, 2**32 - 1))
+@example(  # assumed entry of a claim allocated elsewhere (tests/kube_bind/test_bind_regressions.py)
+    scenario=Scenario(
+        gpus=(1,),
+        claim_counts=(1, 1),
+        pod_claims=((0,), (0,), (0,), (1,)),
+        preallocated=(),
+        ops=(Op("bind", 0, 0), Op("bind", 3, 0), Op("foreign", 0)),
+    ),
+    base_seed=0,
+)
 def test_interleavings_in_memory(scenario: Scenario, base_seed: int) -> None:
     """100 scenarios x 10 seeded schedules = 1,000 interleavings (see the module docstring)."""
     for offset in range(SCHEDULES_PER_SCENARIO):
