@@ -282,3 +282,29 @@ def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.nda
                 )
             open_ &= ~short
     return out
+
+
+class FirstFitBook:
+    """The sets the kernel found per node in one pod evaluation, kept as the kernel's arrays
+    (thousands of nodes must not become thousands of Python objects on the filter path)."""
+
+    def __init__(self) -> None:
+        self._where: dict[str, tuple[int, int]] = {}
+        self._batches: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, names: list[str], chosen: np.ndarray, chosen_slot: np.ndarray) -> None:
+        batch = len(self._batches)
+        self._batches.append((chosen, chosen_slot))
+        self._where.update(zip(names, ((batch, i) for i in range(len(names))), strict=True))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def gather(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Chosen rows and slots of `names` (all must be in the book), stacked."""
+        if not names:
+            return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0), dtype=np.int64)
+        where = [self._where[name] for name in names]
+        chosen = np.stack([self._batches[b][0][i] for b, i in where])
+        slots = np.stack([self._batches[b][1][i] for b, i in where])
+        return chosen, slots
