@@ -41,10 +41,12 @@ _UNIT = 1000
 
 def milli(quantity: Quantity) -> int | None:
     """The quantity in whole milli-units, or None if it is finer or does not fit in int64."""
-    scaled = quantity.exact * _UNIT
-    if scaled.denominator != 1 or abs(scaled) > _INT64_MAX // 4:
+    exact = quantity.exact
+    numerator, denominator = exact.numerator, exact.denominator
+    if _UNIT % denominator:
         return None
-    return int(scaled)
+    scaled = numerator * (_UNIT // denominator)
+    return scaled if abs(scaled) <= _INT64_MAX // 4 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +80,8 @@ def _block_counters(block: Any, features: Any) -> _BlockCounters:
     incomplete = False
     for pool_number, pool in enumerate(block.pools):
         incomplete |= pool.incomplete
-        if pool.incomplete or pool.invalid:
-            continue
+        if pool.incomplete or pool.invalid or not pool.slices:
+            continue  # no row of this node comes from the pool: its counters do not matter here
         for set_name, counters in pool.counter_sets.items():
             for counter_name, value in counters.items():
                 amount = milli(value)
