@@ -64,6 +64,7 @@ class _BlockCounters:
     uncertain: bool  # amounts not representable: counters of this node are not modelled
     incomplete: bool  # some pool of the node is incomplete (`All` requests fail on it)
     other_special: np.ndarray  # bool [rows]: needs the search for a reason other than counters
+    names: tuple[tuple[Any, str, str], ...]  # per block-local counter: (pool id, counter set, counter)
 
 
 def _block_counters(block: Any, features: Any) -> _BlockCounters:
@@ -71,6 +72,7 @@ def _block_counters(block: Any, features: Any) -> _BlockCounters:
     local_row = {id(device): i for i, device in enumerate(devices)}
     where: dict[int, tuple[Any, Any]] = {}
     counter_ids: dict[tuple[int, str, str], int] = {}
+    names: list[tuple[Any, str, str]] = []
     capacity: list[int] = []
     uncertain = False
     consumer_rows: list[int] = []
@@ -87,6 +89,7 @@ def _block_counters(block: Any, features: Any) -> _BlockCounters:
                 amount = milli(value)
                 uncertain |= amount is None
                 counter_ids[(pool_number, set_name, counter_name)] = len(capacity)
+                names.append((pool.id, set_name, counter_name))
                 capacity.append(amount or 0)
         for slice_ in (*pool.slices, *pool.slices_not_targeting_node):
             for device in slice_.devices:
@@ -143,6 +146,7 @@ def _block_counters(block: Any, features: Any) -> _BlockCounters:
         uncertain=uncertain,
         incomplete=incomplete,
         other_special=other_special,
+        names=tuple(names),
     )
 
 
@@ -205,7 +209,13 @@ class CounterColumns:
             np.concatenate([p.other_special for p in parts]) if parts else np.zeros(0, dtype=bool)
         )
         self.row_consumes = np.diff(self.row_ptr) > 0
+        self.counter_start = counter_start
+        self._parts = parts
         self._available: tuple[np.ndarray, np.ndarray] | None = None
+
+    def counter_names(self, position: int) -> tuple[tuple[Any, str, str], ...]:
+        """(pool id, counter set, counter) of the node's counters, ids counter_start[position]:..."""
+        return self._parts[position].names
 
     def available(self, free: np.ndarray) -> np.ndarray:
         """Per counter, its value minus what held devices (rows not `free`) consume (cached per mask)."""
