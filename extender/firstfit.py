@@ -157,7 +157,8 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
         awkward_nodes |= node_flags(awkward_rows)
     has_all = any(spec.mode == ALL for *_, spec in slots)
     if has_all:
-        awkward_nodes |= columns.incomplete  # upstream reports an error there: its search must say it
+        # Upstream reports an error on these nodes before searching: its search must say it.
+        awkward_nodes |= columns.incomplete | _over_claim_limit(slots, candidates, index)
 
     def ints(items: list[int]) -> np.ndarray:
         return np.asarray(items, dtype=np.int64)
@@ -184,6 +185,29 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
         has_all=has_all,
         prioritized_requests=prioritized,
     )
+
+
+def _over_claim_limit(
+    slots: list[tuple[int, int, int, str, RequestSpec]], candidates: np.ndarray, index: DeviceIndex
+) -> np.ndarray:
+    """Nodes where upstream's validation counts more than 32 devices for some claim (an `All`
+    request counts the devices it selects on the node; `firstAvailable` its smallest option)."""
+    num_nodes = len(index.node_names)
+    fewest: dict[tuple[int, int], np.ndarray] = {}
+    for s, (c, r, _, _, spec) in enumerate(slots):
+        if spec.mode == ALL:
+            need = np.bincount(index.row_node[candidates[s] != 0], minlength=num_nodes)
+        else:
+            need = np.full(num_nodes, spec.count, dtype=np.int64)
+        key = (c, r)
+        fewest[key] = np.minimum(fewest[key], need) if key in fewest else need
+    totals: dict[int, np.ndarray] = {}
+    for (c, _), need in fewest.items():
+        totals[c] = totals.get(c, 0) + need
+    over = np.zeros(num_nodes, dtype=bool)
+    for total in totals.values():
+        over |= total > MAX_DEVICES_PER_CLAIM
+    return over
 
 
 def run(
