@@ -171,7 +171,7 @@ def _is(driver: str, name: str, value: str) -> str:
     return f'(device.driver == "{driver}" && device.attributes["{driver}"].{name} == "{value}")'
 
 
-MIG_1G = f'{_is(NV, "type", "mig")} && {_is(NV, "profile", "1g.10gb")}'
+MIG_1G = f"{_is(NV, 'type', 'mig')} && {_is(NV, 'profile', '1g.10gb')}"
 SHAPES: dict[str, Obj] = {
     "mig-1g": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpu", "selectors": _sel(MIG_1G)}}]},
     "mig-2-same-parent": {
