@@ -25,6 +25,7 @@ change recomputes that node's columns and concatenates the rest.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -234,16 +235,20 @@ class CounterColumns:
 
 
 _last: CounterColumns | None = None
-_last_index: Any = None
+_last_index: weakref.ref[DeviceIndex] | None = None  # weak: an old index must not outlive its use
 
 
 def counter_columns(index: DeviceIndex) -> CounterColumns:
-    """The counter columns of `index`, re-using the per-block columns of the previous call."""
+    """The counter columns of `index`, re-using the per-block columns of the previous call.
+
+    Called on the event loop only (like everything in placement), so the module-level cache of
+    the latest generation needs no lock.
+    """
     global _last, _last_index
-    if _last is not None and _last_index is index:
+    if _last is not None and _last_index is not None and _last_index() is index:
         return _last
     columns = CounterColumns(index, _last._cache if _last is not None else {})
-    _last, _last_index = columns, index
+    _last, _last_index = columns, weakref.ref(index)
     return columns
 
 
