@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -316,11 +317,12 @@ def _solve_node(
 def _first_fit_parallel(
     node_start, nodes, claim_first_req, req_first_slot, req_subs, slot_claim, slot_all, slot_count,
     candidates, free, row_ptr, row_counter, row_amount, available, constraint_kind, constraint_applies,
-    constraint_values, max_work, max_per_claim, stack_size, status, chosen, chosen_slot,
+    constraint_values, max_work, max_per_claim, stack_size, n_blocks, status, chosen, chosen_slot,
 ):  # fmt: skip
-    """prange over blocks of nodes; each block allocates its scratch once and solves its nodes."""
+    """prange over blocks of nodes; each block allocates its scratch once and solves its nodes.
+
+    One block per thread: the scratch includes a row-sized mask, so more blocks cost zeroing."""
     n_out = nodes.shape[0]
-    n_blocks = min(n_out, 64)
     n_rows = free.shape[0]
     for b in prange(n_blocks):
         consumed = np.zeros(available.shape[0], np.int64)
@@ -458,7 +460,10 @@ def first_fit(
     chosen_slot = np.full((n_out, width), -1, np.int64)
     if n_out:
         stack_size = width + req_subs.shape[0] + 1
-        _first_fit_parallel(*args, int(max_work), int(max_per_claim), stack_size, status, chosen, chosen_slot)
+        blocks = max(1, min(n_out, numba.get_num_threads()))
+        _first_fit_parallel(
+            *args, int(max_work), int(max_per_claim), stack_size, blocks, status, chosen, chosen_slot
+        )
     return status, chosen, chosen_slot
 
 
