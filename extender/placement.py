@@ -1,8 +1,10 @@
 """The service behind /filter and /prioritize: one evaluation per pod per index generation.
 
 For each pod it resolves the claims, then decides for every candidate node whether upstream's
-allocator would find an allocation there: with the vectorised check (`feasibility`) for simple
-pods, with the exact search (`allocator.allocating`) otherwise. The outcome is cached by pod UID
+allocator would find an allocation there, in tiers (README "How filter stays fast"): the
+vectorised check (`feasibility`) for simple pods, the topology kernel for constrained ones, the
+first-fit kernel (`firstfit`) for counters, `firstAvailable` and `All`, and the exact search
+(`allocator.allocating`) for what the kernels leave. The outcome is cached by pod UID
 and the (devices, claims, assumed) generations, so filter, prioritize and bind of one pod in one
 scheduling cycle share the work.
 
