@@ -80,10 +80,14 @@ def _block_counters(block: Any, features: Any) -> _BlockCounters:
     consumer_counters: list[int] = []
     consumer_amounts: list[int] = []
     foreign: list[tuple[Any, int, int]] = []
-    incomplete = False
-    for pool_number, pool in enumerate(block.pools):
-        incomplete |= pool.incomplete
-        if pool.incomplete or pool.invalid or not pool.slices:
+    # A node may see many pools without devices for it (e.g. every node's counter-only slices):
+    # one cheap pass picks the pools that matter, the rest are never looked at again.
+    relevant = [(number, pool) for number, pool in enumerate(block.pools) if pool.slices or pool.incomplete]
+    incomplete = any(pool.incomplete for _, pool in relevant)
+    pool_numbers = {id(pool): number for number, pool in relevant}
+    binding_pools = {id(pool) for _, pool in relevant if pool.has_binding_conditions}  # a device scan each
+    for pool_number, pool in relevant:
+        if pool.incomplete or pool.invalid:
             continue  # no row of this node comes from the pool: its counters do not matter here
         for set_name, counters in pool.counter_sets.items():
             for counter_name, value in counters.items():
@@ -115,7 +119,7 @@ def _block_counters(block: Any, features: Any) -> _BlockCounters:
     other_special = np.zeros(len(devices), dtype=bool)
     for i, device in enumerate(devices):
         slice_, pool = where[id(device)]
-        pool_number = block.pools.index(pool) if device.consumes_counters else -1
+        pool_number = pool_numbers[id(pool)] if device.consumes_counters else -1
         for set_name, counters in device.consumes_counters:
             for counter_name, value in counters.items():
                 counter = counter_ids.get((pool_number, set_name, counter_name))
@@ -128,7 +132,7 @@ def _block_counters(block: Any, features: Any) -> _BlockCounters:
             bool(device.binding_conditions)
             or (features.consumable_capacity and device.allow_multiple_allocations)
             or slice_.per_device_node_selection
-            or pool.has_binding_conditions
+            or id(pool) in binding_pools
             or (bool(device.consumes_counters) and not features.partitionable_devices)
         )
 
