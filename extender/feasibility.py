@@ -8,9 +8,10 @@ node has at least sum(count, S) free devices selected by some request in S. We c
 all nodes at once with array operations: per row a bit signature of the requests that select it,
 per node a histogram of signatures, per subset a count. No CEL, no per-device Python loop.
 
-Nodes where a selected device needs the exact search (shared counters, shared capacity, binding
+Nodes where a selected device needs a search (shared counters, shared capacity, binding
 conditions, per-device node selection), where CEL raised on a selected device, or that have an
-invalid pool are reported as `needs_search` and go through the exact allocator instead.
+invalid pool are reported as `needs_search`: placement hands them to the first-fit kernel
+(`extender.firstfit`, which decides shared counters) and what that cannot model to upstream's search.
 """
 
 from __future__ import annotations

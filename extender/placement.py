@@ -1,9 +1,11 @@
 """The service behind /filter and /prioritize: one evaluation per pod per index generation.
 
 For each pod it resolves the claims, then decides for every candidate node whether upstream's
-allocator would find an allocation there: with the vectorised check (`feasibility`) for simple
-pods, with the exact search (`allocator.allocating`) otherwise. The outcome is cached by pod UID,
-the pod's claim references (`claims_key`) and the (devices, claims, assumed) generations, so
+allocator would find an allocation there, in tiers (README "How filter stays fast"): the
+vectorised check (`feasibility`) for simple pods, the topology kernel for constrained ones, the
+first-fit kernel (`firstfit`) for counters, `firstAvailable` and `All`, and the exact search
+(`allocator.allocating`) for what the kernels leave. The outcome is cached by pod UID, the
+pod's claim references (`claims_key`) and the (devices, claims, assumed) generations, so
 filter, prioritize and bind of one pod in one scheduling cycle share the work, and a pod sent
 again with other claims under the same UID is evaluated afresh.
 
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from extender import feasibility, gang, scoring, telemetry
+from extender import feasibility, firstfit, gang, scoring, telemetry
 from extender.allocator.allocating import SearchStats, allocate, validate_claims
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
@@ -47,10 +49,11 @@ from extender.cluster.state import ClusterState
 from extender.errors import AllocationAborted, AllocationError, NodeScopedError
 from extender.held import HeldLedger
 from extender.index.snapshot import DeviceIndex, build_index
-from extender.scoring import BOUNDED, EXACT, FIRST_FIT, KernelPlan, ScoreBook
+from extender.scoring import BOUNDED, EXACT, FIRST_FIT, PARTITION, KernelPlan, ScoreBook
 from extender.topology import TopologyModel, TopologySettings
 from extender.verdicts import FilterVerdict, HostScore
 from extender.worker import PlacementWorker
+from kernels import counters as counter_kernels
 from kernels import topology as kernels
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,9 @@ class PodEvaluation:
     plan: KernelPlan | None = None
     planned: bool = False  # `plan` was computed (None then means: not a kernel pod)
     relevant: np.ndarray | None = None
+    first_fit: firstfit.FirstFitPlan | None = None  # the first-fit kernel's inputs (None: not modelled)
+    first_fit_planned: bool = False
+    first_fit_sets: firstfit.FirstFitBook = field(default_factory=firstfit.FirstFitBook)
 
 
 class _Classes:
@@ -416,12 +422,14 @@ class Placement:
         requests = feasibility.simple_requests(specs)
         known = [n for n in names if n in index.node_pos]
         search.extend(n for n in names if n not in index.node_pos)
+        # Tiers, cheapest first; each hands what it cannot decide to the next, upstream's search last.
+        hard: list[str] = []
         if requests is not None and known:
             positions = np.array([index.node_pos[n] for n in known], dtype=np.int64)
             result = feasibility.check(index, requests, free, positions)
             for i, name in enumerate(known):
                 if result.needs_search[i]:
-                    search.append(name)
+                    hard.append(name)
                 elif result.fits[i]:
                     evaluation.verdicts[name] = NodeVerdict(PASSED)
                 else:
@@ -429,7 +437,9 @@ class Placement:
                         specs, requests, result.short_request[i], in_use=bool(result.fits_if_free[i])
                     )
         elif known:
-            search.extend(self._decide_by_kernel(evaluation, index, free, known))
+            hard = self._decide_by_kernel(evaluation, index, free, known)
+        if hard:
+            search.extend(self._decide_by_first_fit(evaluation, index, free, hard))
         for name in search:
             evaluation.verdicts[name] = self._search_node(evaluation, index, name, allocated, deadline)
 
@@ -492,6 +502,55 @@ class Placement:
                     "(constraints, shared counters or capacity)",
                 )
         return unsure
+
+    def _decide_by_first_fit(
+        self, evaluation: PodEvaluation, index: DeviceIndex, free: np.ndarray, names: list[str]
+    ) -> list[str]:
+        """Decide nodes with the first-fit kernel (upstream's search over the index columns).
+
+        A set found passes the node (and is kept, as upstream's first-fit set, for prioritize); no
+        set fails it with the search's reasons: in use if the kernel finds a set with nothing held,
+        else the short request or "no combination". Returns the nodes left to upstream's search.
+        """
+        if not evaluation.first_fit_planned:
+            evaluation.first_fit = firstfit.plan(evaluation.specs, index)
+            evaluation.first_fit_planned = True
+        plan = evaluation.first_fit
+        if plan is None:
+            return names
+        positions = np.fromiter((index.node_pos[n] for n in names), dtype=np.int64, count=len(names))
+        result = firstfit.run(plan, index, free, positions)
+        status = result.status
+        found = np.flatnonzero(status == counter_kernels.STATUS_FOUND)
+        if len(found):
+            passed = [names[i] for i in found]
+            evaluation.first_fit_sets.add(passed, result.chosen[found], result.chosen_slot[found])
+            for name in passed:
+                evaluation.verdicts[name] = NodeVerdict(PASSED)
+        search = [names[i] for i in np.flatnonzero(status == counter_kernels.STATUS_UNKNOWN)]
+        none = np.flatnonzero(status == counter_kernels.STATUS_NONE)
+        if not len(none):
+            return search
+        failed = [names[i] for i in none]
+        if_free = firstfit.run(plan, index, free, positions[none], nothing_held=True).status
+        short = firstfit.short_requests(evaluation.specs, index, positions[none])
+        refs = ", ".join(s.ref for s in evaluation.specs)
+        for i, name in enumerate(failed):
+            if if_free[i] == counter_kernels.STATUS_FOUND:
+                reason = f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use"
+                evaluation.verdicts[name] = NodeVerdict(FAILED, reason)
+            elif if_free[i] == counter_kernels.STATUS_UNKNOWN:
+                search.append(name)
+            elif short[i]:
+                reason = f"{CANNOT_ALLOCATE}: {short[i]} do not exist on the node"
+                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, reason)
+            else:
+                evaluation.verdicts[name] = NodeVerdict(
+                    UNRESOLVABLE,
+                    f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
+                    "(constraints, shared counters or capacity)",
+                )
+        return search
 
     def _search_node(
         self,
@@ -574,6 +633,9 @@ class Placement:
         if score is None or score.method == FIRST_FIT:
             return self.allocations_on(evaluation, name)
         index = self.index()
+        if score.method == PARTITION:  # one device: upstream's search over just that partition
+            verified = self._allocate_one_device(evaluation, index, name, int(score.rows[0]))
+            return verified if verified is not None else self.allocations_on(evaluation, name)
         allocated, _ = self.allocated_state()
         chosen = {index.row_device[row].id for row in score.rows}
         start, stop = index.node_start[index.node_pos[name]], index.node_start[index.node_pos[name] + 1]
@@ -692,6 +754,7 @@ class Placement:
         search over just that device, so what bind writes obeys upstream's rules; if that search
         rejects it, first-fit's allocation stays.
         """
+        names = self._score_kernel_first_fit(evaluation, index, names, free, relevant)
         groups: dict[tuple[int, ...], list[tuple[str, list[int], float]]] = {}
         single = scoring.single_partition_request(evaluation.specs, index)
         better: dict[str, int] = {}
@@ -782,6 +845,61 @@ class Placement:
         if result is None or [r.device.id for a in result for r in a.devices] != [chosen.id]:
             return None
         return result
+
+    def _score_kernel_first_fit(
+        self,
+        evaluation: PodEvaluation,
+        index: DeviceIndex,
+        names: list[str],
+        free: np.ndarray,
+        relevant: np.ndarray,
+    ) -> list[str]:
+        """Score the first-fit sets the first-fit kernel found in filter (upstream's own sets, so
+        no search runs here); returns the nodes it has no set for.
+
+        A pod asking for one device gets, where there is one, the node's better partition
+        (`scoring.partition_choices`: a MIG slice on a partly used GPU that keeps large profiles
+        creatable) scored instead of first-fit's; it is marked PARTITION and turned into an
+        allocation at bind by upstream's search over that device alone (`choose_allocations`).
+        """
+        book = evaluation.first_fit_sets
+        plan = evaluation.first_fit
+        mine = [name for name in names if name in book]
+        if not mine or plan is None:
+            return names
+        chosen, slots = book.gather(mine)
+        width = max(int((chosen >= 0).sum(axis=1).max()), 1)
+        chosen, slots = chosen[:, :width], slots[:, :width]
+        positions = np.fromiter((index.node_pos[n] for n in mine), dtype=np.int64, count=len(mine))
+        methods = np.full(len(mine), FIRST_FIT, dtype=object)
+        single = scoring.single_partition_request(evaluation.specs, index) if width == 1 else None
+        if single is not None:
+            choices = scoring.partition_choices(index, positions, single, free, relevant, self.topology)
+            better = (choices >= 0) & (choices != chosen[:, 0])
+            chosen = chosen.copy()
+            chosen[better, 0] = choices[better]
+            methods[better] = PARTITION
+        claims = np.where(chosen >= 0, plan.slot_claim[np.maximum(slots, 0)], -1)
+        preference = firstfit.preference(plan, slots)
+        patterns, group = np.unique(claims, axis=0, return_inverse=True)
+        for g, pattern in enumerate(patterns):
+            members = np.flatnonzero(group.ravel() == g)
+            started = time.perf_counter()
+            with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(members)}):
+                _, parts = scoring.score_sets(
+                    index, positions[members], chosen[members], np.maximum(pattern, 0), free, relevant,
+                    self.topology,
+                )  # fmt: skip
+                parts = scoring.partition_parts(index, positions[members], chosen[members], free, parts)
+            self.kernel_seconds_total += time.perf_counter() - started
+            self.kernel_calls_total += 1
+            final = scoring.combine(parts, preference[members], self.topology)
+            evaluation.scores.add(
+                [mine[i] for i in members], final, parts, preference[members], chosen[members],
+                methods[members],
+            )  # fmt: skip
+        taken = set(mine)
+        return [name for name in names if name not in taken]
 
     def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
         """The first-fit allocation on a node that passed (computed on demand for fast-path nodes)."""

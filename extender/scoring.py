@@ -38,6 +38,8 @@ from kernels import topology as kernels
 
 #: How a node's device set was found (shown by `explain`).
 EXACT, BOUNDED, FIRST_FIT = "exact", "bounded", "first-fit"
+#: A one-device pod's better partition than first-fit's, checked by upstream's search at bind.
+PARTITION = "partition"
 #: The kernels model at most this many devices per pod.
 MAX_KERNEL_DEVICES = 64
 
@@ -65,7 +67,7 @@ class NodeScore:
     fragmentation: float
     packing: float
     preference: float
-    method: str  # EXACT, BOUNDED or FIRST_FIT
+    method: str  # EXACT, BOUNDED, FIRST_FIT or PARTITION
     rows: tuple[int, ...]  # index rows of the chosen devices
     partition_packing: float | None = None  # None: the set takes no partition (MIG slice)
     partition_headroom: float | None = None

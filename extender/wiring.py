@@ -163,13 +163,14 @@ def placement_worker(settings: Settings) -> PlacementWorker:
 
 def prepare_kernels(settings: Settings) -> None:
     """Set the kernels' thread count and compile them now, so the first request is not slow."""
+    from kernels import counters as counter_kernels
     from kernels import topology as kernels
 
     kernels.set_threads(settings.kernel_threads)
     log.info(
         "preparing topology kernels (the first start compiles them, about 20 s; later ones use numba's cache)"
     )
-    seconds = kernels.warm_up()
+    seconds = kernels.warm_up() + counter_kernels.warm_up()
     log.info(
         "topology kernels ready in %.2f s (numba threads: %s)", seconds, settings.kernel_threads or "default"
     )

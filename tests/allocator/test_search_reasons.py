@@ -60,6 +60,13 @@ def _filter_counting_searches(monkeypatch: Any, claims: list[dict], held: list[d
         return real(*args, **kwargs)
 
     monkeypatch.setattr(extender.placement, "allocate", counting)
+    # These tests are about the search's own reasons: keep the first-fit kernel tier (which
+    # decides such nodes with no search at all) out of the way, so the search sees the node.
+    monkeypatch.setattr(
+        extender.placement.Placement,
+        "_decide_by_first_fit",
+        lambda self, evaluation, index, free, names: names,
+    )
     placement, pod = placement_and_pod(_partitions(3), CLASSES, claims, held=held)
     return placement.filter(pod, ["node-1"]), calls
 

@@ -1,0 +1,334 @@
+"""The first-fit tier: upstream's search run by a numba kernel over the index columns.
+
+For pods the Hall check and the topology kernel do not decide (shared counters, `firstAvailable`,
+`allocationMode: All`, constraints on partitionable devices), `kernels.counters.first_fit` replays
+upstream's depth-first search on every node of the call at once: same claim/request/subrequest
+order, same device order (index rows are in the allocator's order), counters as int64 columns
+(`extender.index.counters`), constraints as interned attribute codes. What it finds is the set
+upstream's search finds; a node it cannot finish within `MAX_WORK` tentative additions, or where a
+device needs what the kernel does not model, goes to upstream's search (never a guess).
+
+Not modelled (the pod keeps the search, `plan` returns None): admin access, capacity requests
+(consumable capacity), selectors of unknown type, unknown classes, input errors upstream reports
+(counts <= 0, > 32 devices, feature gates off, constraints of unknown type). Not modelled per
+node (handed to the search): devices with binding conditions, shared multi-allocatable devices,
+per-device node selection, CEL errors, list-valued constraint attributes, invalid pools, counters
+already overdrawn or not representable in milli-units, incomplete pools under `All`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
+from extender.allocator.requests import ALL, EXACT_COUNT, ClaimSpec, RequestSpec
+from extender.allocator.taints import all_tolerated
+from extender.index.counters import CounterColumns, counter_columns
+from extender.index.snapshot import DeviceIndex
+from kernels import counters as kernel
+
+#: Tentative device additions per node before the kernel hands the node to upstream's search.
+MAX_WORK = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class FirstFitPlan:
+    """Kernel inputs that depend on the pod and the index generation, not on what is free."""
+
+    claim_first_req: np.ndarray
+    req_first_slot: np.ndarray
+    req_subs: np.ndarray
+    slot_claim: np.ndarray
+    slot_all: np.ndarray
+    slot_count: np.ndarray
+    slot_sub: np.ndarray  # int64 [S]: subrequest position, -1 for a plain request
+    slot_request: np.ndarray  # int64 [S]: request position within its claim
+    candidates: np.ndarray  # uint8 [S, rows]
+    constraint_kind: np.ndarray
+    constraint_applies: np.ndarray
+    constraint_values: np.ndarray
+    awkward_nodes: np.ndarray  # bool [nodes]: a selected device needs upstream's search
+    counter_nodes: np.ndarray  # bool [nodes]: a selected device consumes counters
+    has_all: bool
+    prioritized_requests: int  # requests with `firstAvailable` (for the preference score)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstFitResult:
+    """Per node of the call: kernel status and the chosen rows (pick order, -1 padded)."""
+
+    status: np.ndarray
+    chosen: np.ndarray
+    chosen_slot: np.ndarray
+
+
+def _modelled(spec: RequestSpec, index: DeviceIndex) -> bool:
+    features = index.features
+    if spec.admin_access is not None and (spec.admin_access or not features.admin_access):
+        return False
+    if spec.capacity is not None or spec.class_name not in index.classes:
+        return False
+    if any(s.expression is None for s in spec.selectors):
+        return False
+    if spec.mode == EXACT_COUNT:
+        return spec.count > 0
+    return spec.mode == ALL
+
+
+def _applies(requests: frozenset[str], request: str, sub: str) -> bool:
+    """Upstream's constraint scope: all requests, a parent (all its subrequests) or `req/sub`."""
+    if not requests:
+        return True
+    return request in requests or (bool(sub) and f"{request}/{sub}" in requests)
+
+
+def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
+    """The first-fit kernel's inputs for a pod, or None when the kernel does not model it."""
+    features = index.features
+    columns = counter_columns(index)
+    claim_first_req = [0]
+    req_first_slot: list[int] = []
+    req_subs: list[int] = []
+    slots: list[tuple[int, int, int, str, RequestSpec]] = []  # claim, request, sub, parent name, spec
+    prioritized = 0
+    for c, claim in enumerate(specs):
+        fewest_total = 0
+        for r, request in enumerate(claim.requests):
+            options = list(request.first_available)
+            if options:
+                if not features.prioritized_list:
+                    return None
+                prioritized += 1
+            elif request.exactly is not None:
+                options = [request.exactly]
+            else:
+                return None
+            if not all(_modelled(spec, index) for spec in options):
+                return None
+            fewest_total += min(spec.count if spec.mode == EXACT_COUNT else 0 for spec in options)
+            req_first_slot.append(len(slots))
+            req_subs.append(len(options) if request.first_available else 0)
+            for sub, spec in enumerate(options):
+                slots.append((c, r, sub if request.first_available else -1, request.name, spec))
+        if fewest_total > MAX_DEVICES_PER_CLAIM:
+            return None
+        if any(con.match_attribute is None and con.distinct_attribute is None for con in claim.constraints):
+            return None
+        claim_first_req.append(len(req_subs))
+
+    num_nodes = len(index.node_names)
+    candidates = np.zeros((len(slots), index.num_rows), dtype=np.uint8)
+    awkward_rows = np.zeros(index.num_rows, dtype=bool)
+    for s, (_, _, _, _, spec) in enumerate(slots):
+        mask = index.mask(spec.class_name, tuple(sel.expression or "" for sel in spec.selectors))
+        candidates[s] = mask.match
+        if index.row_tainted.any():
+            for row in np.flatnonzero(mask.match & index.row_tainted):
+                if not all_tolerated(index.row_device[row].taints, spec.tolerations):
+                    candidates[s, row] = 2
+        awkward_rows |= (mask.match & columns.other_special) | mask.error
+    selected = candidates.any(axis=0) if len(slots) else np.zeros(index.num_rows, dtype=bool)
+
+    kinds: list[int] = []
+    applies: list[list[int]] = []
+    values: list[np.ndarray] = []
+    for c, claim in enumerate(specs):
+        for con in claim.constraints:
+            attribute = con.match_attribute or con.distinct_attribute or ""
+            member = [
+                int(sc == c and _applies(con.requests, parent, spec.name if sub >= 0 else ""))
+                for sc, _, sub, parent, spec in slots
+            ]
+            codes = index.attribute_codes(attribute)
+            rows = candidates[np.array(member, dtype=bool)].any(axis=0)
+            awkward_rows |= rows & (codes == -2)
+            kinds.append(0 if con.match_attribute else 1)
+            applies.append(member)
+            values.append(codes)
+
+    def node_flags(rows: np.ndarray) -> np.ndarray:
+        return np.bincount(index.row_node[rows], minlength=num_nodes) > 0
+
+    counter_nodes = node_flags(selected & columns.row_consumes)
+    awkward_nodes = index.node_has_invalid_pool | (counter_nodes & columns.uncertain)
+    if awkward_rows.any():
+        awkward_nodes |= node_flags(awkward_rows)
+    has_all = any(spec.mode == ALL for *_, spec in slots)
+    if has_all:
+        # Upstream reports an error on these nodes before searching: its search must say it.
+        awkward_nodes |= columns.incomplete | _over_claim_limit(slots, candidates, index)
+
+    def ints(items: list[int]) -> np.ndarray:
+        return np.asarray(items, dtype=np.int64)
+
+    return FirstFitPlan(
+        claim_first_req=ints(claim_first_req),
+        req_first_slot=ints(req_first_slot),
+        req_subs=ints(req_subs),
+        slot_claim=ints([c for c, *_ in slots]),
+        slot_all=np.array([spec.mode == ALL for *_, spec in slots], dtype=np.uint8),
+        slot_count=ints([spec.count if spec.mode == EXACT_COUNT else 0 for *_, spec in slots]),
+        slot_sub=ints([sub for _, _, sub, _, _ in slots]),
+        slot_request=ints([r for _, r, _, _, _ in slots]),
+        candidates=candidates,
+        constraint_kind=ints(kinds),
+        constraint_applies=(
+            np.array(applies, dtype=np.uint8) if applies else np.zeros((0, len(slots)), dtype=np.uint8)
+        ),
+        constraint_values=(
+            np.array(values, dtype=np.int32) if values else np.zeros((0, index.num_rows), dtype=np.int32)
+        ),
+        awkward_nodes=awkward_nodes,
+        counter_nodes=counter_nodes,
+        has_all=has_all,
+        prioritized_requests=prioritized,
+    )
+
+
+def _over_claim_limit(
+    slots: list[tuple[int, int, int, str, RequestSpec]], candidates: np.ndarray, index: DeviceIndex
+) -> np.ndarray:
+    """Nodes where upstream's validation counts more than 32 devices for some claim (an `All`
+    request counts the devices it selects on the node; `firstAvailable` its smallest option)."""
+    num_nodes = len(index.node_names)
+    fewest: dict[tuple[int, int], np.ndarray] = {}
+    for s, (c, r, _, _, spec) in enumerate(slots):
+        if spec.mode == ALL:
+            need = np.bincount(index.row_node[candidates[s] != 0], minlength=num_nodes)
+        else:
+            need = np.full(num_nodes, spec.count, dtype=np.int64)
+        key = (c, r)
+        fewest[key] = np.minimum(fewest[key], need) if key in fewest else need
+    totals: dict[int, np.ndarray] = {}
+    for (c, _), need in fewest.items():
+        totals[c] = totals.get(c, 0) + need
+    over = np.zeros(num_nodes, dtype=bool)
+    for total in totals.values():
+        over |= total > MAX_DEVICES_PER_CLAIM
+    return over
+
+
+def run(
+    pod: FirstFitPlan,
+    index: DeviceIndex,
+    free: np.ndarray,
+    positions: np.ndarray,
+    *,
+    max_work: int = MAX_WORK,
+    nothing_held: bool = False,
+) -> FirstFitResult:
+    """Upstream's first allocation on the nodes at `positions` (UNKNOWN where not modelled).
+
+    `nothing_held`: decide as if no device were in use (upstream's search with an empty
+    allocated state, used to tell "in use" from "does not exist" in failure reasons).
+    """
+    columns: CounterColumns = counter_columns(index)
+    if nothing_held:
+        free = np.ones(index.num_rows, dtype=bool)
+        available = columns.capacity
+    else:
+        available = columns.available(free)
+    positions = positions.astype(np.int64)
+    skip = pod.awkward_nodes[positions] | (
+        columns.overdrawn_nodes(available)[positions] & pod.counter_nodes[positions]
+    )
+    todo = np.flatnonzero(~skip)
+    width = MAX_DEVICES_PER_CLAIM * (len(pod.claim_first_req) - 1)
+    status = np.full(len(positions), kernel.STATUS_UNKNOWN, dtype=np.int8)
+    chosen = np.full((len(positions), width), -1, dtype=np.int64)
+    chosen_slot = np.full((len(positions), width), -1, dtype=np.int64)
+    if len(todo):
+        got = kernel.first_fit(
+            index.node_start,
+            positions[todo],
+            pod.claim_first_req,
+            pod.req_first_slot,
+            pod.req_subs,
+            pod.slot_claim,
+            pod.slot_all,
+            pod.slot_count,
+            pod.candidates,
+            free.astype(np.uint8),
+            columns.row_ptr,
+            columns.row_counter,
+            columns.row_amount,
+            available,
+            pod.constraint_kind,
+            pod.constraint_applies,
+            pod.constraint_values,
+            max_work,
+            MAX_DEVICES_PER_CLAIM,
+        )
+        status[todo], chosen[todo], chosen_slot[todo] = got
+    return FirstFitResult(status=status, chosen=chosen, chosen_slot=chosen_slot)
+
+
+def preference(pod: FirstFitPlan, chosen_slot: np.ndarray) -> np.ndarray:
+    """Upstream's prioritized-list score per node from the chosen slots (as placement's
+    `_preference`): sum over firstAvailable requests of 8 - chosen subrequest, over 8 per request."""
+    if pod.prioritized_requests == 0:
+        return np.ones(len(chosen_slot))
+    subs = np.flatnonzero(pod.slot_sub >= 0)
+    # A request's chosen subrequest serves at least one device (counts are > 0, `All` needs one).
+    present = (chosen_slot[:, :, None] == subs[None, None, :]).any(axis=1)
+    return (present * (8 - pod.slot_sub[subs])).sum(axis=1) / (8 * pod.prioritized_requests)
+
+
+def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:
+    """Per node: the first request the node lacks devices for even with all free ("" if none or
+    unsure), vectorised over nodes; the same answer as placement's per-node `_short_request`."""
+    num_nodes = len(index.node_names)
+    out = [""] * len(positions)
+    open_ = np.ones(len(positions), dtype=bool)
+    for claim in specs:
+        for request in claim.requests:
+            options = [request.exactly] if request.exactly is not None else list(request.first_available)
+            if not options:
+                continue
+            short = np.ones(len(positions), dtype=bool)
+            unsure = np.zeros(len(positions), dtype=bool)
+            for spec in options:
+                if spec.class_name not in index.classes:
+                    unsure[:] = True
+                    continue
+                mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+                found = np.bincount(index.row_node[mask.match], minlength=num_nodes)[positions]
+                unsure |= (np.bincount(index.row_node[mask.error], minlength=num_nodes)[positions]) > 0
+                short &= found < max(spec.count, 1)
+            open_ &= ~unsure  # upstream's helper gives up on the node at the first unsure request
+            first = options[0]
+            need = first.count if first.mode == EXACT_COUNT else 1
+            for i in np.flatnonzero(open_ & short):
+                out[i] = (
+                    f"claim {claim.ref}, request {request.name}: {need} device(s) of class {first.class_name}"
+                )
+            open_ &= ~short
+    return out
+
+
+class FirstFitBook:
+    """The sets the kernel found per node in one pod evaluation, kept as the kernel's arrays
+    (thousands of nodes must not become thousands of Python objects on the filter path)."""
+
+    def __init__(self) -> None:
+        self._where: dict[str, tuple[int, int]] = {}
+        self._batches: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def add(self, names: list[str], chosen: np.ndarray, chosen_slot: np.ndarray) -> None:
+        batch = len(self._batches)
+        self._batches.append((chosen, chosen_slot))
+        self._where.update(zip(names, ((batch, i) for i in range(len(names))), strict=True))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
+
+    def gather(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Chosen rows and slots of `names` (all must be in the book), stacked."""
+        if not names:
+            return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0), dtype=np.int64)
+        where = [self._where[name] for name in names]
+        chosen = np.stack([self._batches[b][0][i] for b, i in where])
+        slots = np.stack([self._batches[b][1][i] for b, i in where])
+        return chosen, slots

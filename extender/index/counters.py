@@ -1,0 +1,261 @@
+"""Shared counters as columns: what each index row consumes and what each node's pools offer.
+
+Partitionable devices (spec dra.md §3.6) consume amounts of named counters from counter sets of
+their pool; a set of devices fits when, per counter, the amounts of the devices taken plus those
+of the devices already held stay within the counter's value. To decide that without Python per
+device, this module lays the counters out as arrays over the device index:
+
+- counters: one id per (node, pool, counter set, counter); `capacity[id]` its value, `counter_node`
+  its node. A pool reachable from several nodes gets separate ids per node: each node's search is
+  independent, and held consumption is charged to every copy.
+- row consumption (CSR): row r consumes `row_amount[row_ptr[r]:row_ptr[r+1]]` of the counters
+  `row_counter[...]`.
+- consumers: every device of the pool (also devices that are not rows of this node, e.g. in slices
+  that target other nodes) with a row of the index whose `free` bit says whether it is held;
+  `available(free)` = capacity minus what held consumers use, one array op.
+
+Amounts are int64 milli-units (Quantity * 1000); a value that is not a whole number of milli-units,
+or a consumer device without any row in the index (so its held state cannot be read from `free`),
+marks the node `uncertain`: its counters are not modelled and the exact search decides it.
+
+Columns are built per node block (`DeviceIndex.blocks`) and cached by block identity: blocks are
+re-used across index generations while their node is unchanged, so a rebuild after a one-node
+change recomputes that node's columns and concatenates the rest.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from extender.index.snapshot import DeviceIndex
+from extender.quantity import Quantity
+
+_INT64_MAX = 2**63 - 1
+#: Milli-units: the finest unit a counter value or consumption is modelled in.
+_UNIT = 1000
+
+
+def milli(quantity: Quantity) -> int | None:
+    """The quantity in whole milli-units, or None if it is finer or does not fit in int64."""
+    exact = quantity.exact
+    numerator, denominator = exact.numerator, exact.denominator
+    if _UNIT % denominator:
+        return None
+    scaled = numerator * (_UNIT // denominator)
+    return scaled if abs(scaled) <= _INT64_MAX // 4 else None
+
+
+@dataclass(frozen=True, slots=True)
+class _BlockCounters:
+    """One node block's counter columns, rows and counters numbered from 0 within the block."""
+
+    row_ptr: np.ndarray  # int64 [rows + 1]
+    row_counter: np.ndarray  # int64 [nnz], block-local counter ids
+    row_amount: np.ndarray  # int64 [nnz]
+    capacity: np.ndarray  # int64 [counters]
+    local_consumer_row: np.ndarray  # int64: consumer entries whose device is a row of this block
+    local_consumer_counter: np.ndarray
+    local_consumer_amount: np.ndarray
+    foreign: tuple[tuple[Any, int, int], ...]  # (DeviceID, counter, amount) for devices not in the block
+    uncertain: bool  # amounts not representable: counters of this node are not modelled
+    incomplete: bool  # some pool of the node is incomplete (`All` requests fail on it)
+    other_special: np.ndarray  # bool [rows]: needs the search for a reason other than counters
+    names: tuple[tuple[Any, str, str], ...]  # per block-local counter: (pool id, counter set, counter)
+
+
+def _block_counters(block: Any, features: Any) -> _BlockCounters:
+    devices = block.devices
+    local_row = {id(device): i for i, device in enumerate(devices)}
+    where: dict[int, tuple[Any, Any]] = {}
+    counter_ids: dict[tuple[int, str, str], int] = {}
+    names: list[tuple[Any, str, str]] = []
+    capacity: list[int] = []
+    uncertain = False
+    consumer_rows: list[int] = []
+    consumer_counters: list[int] = []
+    consumer_amounts: list[int] = []
+    foreign: list[tuple[Any, int, int]] = []
+    # A node may see many pools without devices for it (e.g. every node's counter-only slices):
+    # one cheap pass picks the pools that matter, the rest are never looked at again.
+    relevant = [(number, pool) for number, pool in enumerate(block.pools) if pool.slices or pool.incomplete]
+    incomplete = any(pool.incomplete for _, pool in relevant)
+    pool_numbers = {id(pool): number for number, pool in relevant}
+    binding_pools = {id(pool) for _, pool in relevant if pool.has_binding_conditions}  # a device scan each
+    for pool_number, pool in relevant:
+        if pool.incomplete or pool.invalid:
+            continue  # no row of this node comes from the pool: its counters do not matter here
+        for set_name, counters in pool.counter_sets.items():
+            for counter_name, value in counters.items():
+                amount = milli(value)
+                uncertain |= amount is None
+                counter_ids[(pool_number, set_name, counter_name)] = len(capacity)
+                names.append((pool.id, set_name, counter_name))
+                capacity.append(amount or 0)
+        for slice_ in (*pool.slices, *pool.slices_not_targeting_node):
+            for device in slice_.devices:
+                where.setdefault(id(device), (slice_, pool))
+                for set_name, counters in device.consumes_counters:
+                    for counter_name, value in counters.items():
+                        counter = counter_ids.get((pool_number, set_name, counter_name))
+                        amount = milli(value)
+                        if counter is None or amount is None:
+                            uncertain = True  # the pool check should have made it invalid
+                            continue
+                        row = local_row.get(id(device))
+                        if row is None:
+                            foreign.append((device.id, counter, amount))
+                        else:
+                            consumer_rows.append(row)
+                            consumer_counters.append(counter)
+                            consumer_amounts.append(amount)
+    ptr = [0]
+    row_counter: list[int] = []
+    row_amount: list[int] = []
+    other_special = np.zeros(len(devices), dtype=bool)
+    for i, device in enumerate(devices):
+        slice_, pool = where[id(device)]
+        pool_number = pool_numbers[id(pool)] if device.consumes_counters else -1
+        for set_name, counters in device.consumes_counters:
+            for counter_name, value in counters.items():
+                counter = counter_ids.get((pool_number, set_name, counter_name))
+                amount = milli(value)
+                if counter is not None and amount is not None:
+                    row_counter.append(counter)
+                    row_amount.append(amount)
+        ptr.append(len(row_counter))
+        other_special[i] = (
+            bool(device.binding_conditions)
+            or (features.consumable_capacity and device.allow_multiple_allocations)
+            or slice_.per_device_node_selection
+            or id(pool) in binding_pools
+            or (bool(device.consumes_counters) and not features.partitionable_devices)
+        )
+
+    def ints(values: list[int]) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64)
+
+    return _BlockCounters(
+        row_ptr=ints(ptr),
+        row_counter=ints(row_counter),
+        row_amount=ints(row_amount),
+        capacity=ints(capacity),
+        local_consumer_row=ints(consumer_rows),
+        local_consumer_counter=ints(consumer_counters),
+        local_consumer_amount=ints(consumer_amounts),
+        foreign=tuple(foreign),
+        uncertain=uncertain,
+        incomplete=incomplete,
+        other_special=other_special,
+        names=tuple(names),
+    )
+
+
+class CounterColumns:
+    """The counter columns of one DeviceIndex generation (see module docstring)."""
+
+    def __init__(self, index: DeviceIndex, cache: dict[int, tuple[Any, _BlockCounters]]) -> None:
+        parts: list[_BlockCounters] = []
+        self._cache: dict[int, tuple[Any, _BlockCounters]] = {}
+        for name in index.node_names:
+            block = index.blocks[name]
+            hit = cache.get(id(block))
+            if hit is None or hit[0] is not block:
+                hit = (block, _block_counters(block, index.features))
+            self._cache[id(block)] = hit
+            parts.append(hit[1])
+        num_nodes = len(parts)
+        rows = np.array([len(p.row_ptr) - 1 for p in parts], dtype=np.int64)
+        if not np.array_equal(rows, np.diff(index.node_start)):
+            raise ValueError("counter columns do not line up with the index rows")
+        counters = np.array([len(p.capacity) for p in parts], dtype=np.int64)
+        counter_start = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(counters, out=counter_start[1:])
+        nnz = np.array([len(p.row_counter) for p in parts], dtype=np.int64)
+        row_base = index.node_start[:-1]
+
+        def cat(arrays: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+
+        self.capacity = cat([p.capacity for p in parts])
+        self.counter_node = np.repeat(np.arange(num_nodes, dtype=np.int64), counters)
+        self.row_counter = cat([p.row_counter for p in parts]) + np.repeat(counter_start[:-1], nnz)
+        self.row_amount = cat([p.row_amount for p in parts])
+        nnz_start = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(nnz, out=nnz_start[1:])
+        self.row_ptr = np.zeros(index.num_rows + 1, dtype=np.int64)
+        if index.num_rows:
+            self.row_ptr[1:] = cat([p.row_ptr[1:] for p in parts]) + np.repeat(nnz_start[:-1], rows)
+        local = np.array([len(p.local_consumer_row) for p in parts], dtype=np.int64)
+        consumer_row = [cat([p.local_consumer_row for p in parts]) + np.repeat(row_base, local)]
+        consumer_counter = [
+            cat([p.local_consumer_counter for p in parts]) + np.repeat(counter_start[:-1], local)
+        ]
+        consumer_amount = [cat([p.local_consumer_amount for p in parts])]
+        self.uncertain = np.array([p.uncertain for p in parts], dtype=bool)
+        for position, part in enumerate(parts):
+            for device_id, counter, amount in part.foreign:
+                found = index.rows_of.get(device_id)
+                if found is None or not len(found):
+                    self.uncertain[position] = True  # its held state is not in `free`
+                    continue
+                consumer_row.append(found[:1])
+                consumer_counter.append(np.array([counter_start[position] + counter], dtype=np.int64))
+                consumer_amount.append(np.array([amount], dtype=np.int64))
+        self.consumer_row = cat(consumer_row)
+        self.consumer_counter = cat(consumer_counter)
+        self.consumer_amount = cat(consumer_amount)
+        self.incomplete = np.array([p.incomplete for p in parts], dtype=bool)
+        self.other_special = (
+            np.concatenate([p.other_special for p in parts]) if parts else np.zeros(0, dtype=bool)
+        )
+        self.row_consumes = np.diff(self.row_ptr) > 0
+        self.counter_start = counter_start
+        self._parts = parts
+        self._available: tuple[np.ndarray, np.ndarray] | None = None
+
+    def counter_names(self, position: int) -> tuple[tuple[Any, str, str], ...]:
+        """(pool id, counter set, counter) of the node's counters, ids counter_start[position]:..."""
+        return self._parts[position].names
+
+    def available(self, free: np.ndarray) -> np.ndarray:
+        """Per counter, its value minus what held devices (rows not `free`) consume (cached per mask)."""
+        if self._available is not None and self._available[0] is free:
+            return self._available[1]
+        held = ~free[self.consumer_row]
+        result = self.capacity.copy()
+        np.subtract.at(result, self.consumer_counter[held], self.consumer_amount[held])
+        self._available = (free, result)
+        return result
+
+    def overdrawn_nodes(self, available: np.ndarray) -> np.ndarray:
+        """bool per node: some counter is already below zero (upstream's check then behaves
+        differently from a per-device one, so such nodes are left to the search)."""
+        return np.bincount(self.counter_node[available < 0], minlength=len(self.incomplete)) > 0
+
+
+_last: CounterColumns | None = None
+_last_index: weakref.ref[DeviceIndex] | None = None  # weak: an old index must not outlive its use
+
+
+def counter_columns(index: DeviceIndex) -> CounterColumns:
+    """The counter columns of `index`, re-using the per-block columns of the previous call.
+
+    Called on the event loop only (like everything in placement), so the module-level cache of
+    the latest generation needs no lock.
+    """
+    global _last, _last_index
+    if _last is not None and _last_index is not None and _last_index() is index:
+        return _last
+    columns = CounterColumns(index, _last._cache if _last is not None else {})
+    _last, _last_index = columns, weakref.ref(index)
+    return columns
+
+
+def to_fraction(amount: int) -> Fraction:
+    """Milli-units back to an exact value (for messages and tests)."""
+    return Fraction(amount, _UNIT)
