@@ -758,7 +758,7 @@ class Placement:
         groups: dict[tuple[int, ...], list[tuple[str, list[int], float]]] = {}
         single = scoring.single_partition_request(evaluation.specs, index)
         better: dict[str, int] = {}
-        if single is not None:
+        if single is not None and names:
             known = [name for name in names if name in index.node_pos]
             positions = np.array([index.node_pos[name] for name in known], dtype=np.int64)
             choices = scoring.partition_choices(index, positions, single, free, relevant, self.topology)

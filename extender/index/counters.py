@@ -209,7 +209,7 @@ class CounterColumns:
         self.consumer_row = cat(consumer_row)
         self.consumer_counter = cat(consumer_counter)
         self.consumer_amount = cat(consumer_amount)
-        self.incomplete = np.array([p.incomplete for p in parts], dtype=bool)
+        self.incomplete = _incomplete_nodes(index)
         self.other_special = (
             np.concatenate([p.other_special for p in parts]) if parts else np.zeros(0, dtype=bool)
         )
@@ -259,3 +259,29 @@ def counter_columns(index: DeviceIndex) -> CounterColumns:
 def to_fraction(amount: int) -> Fraction:
     """Milli-units back to an exact value (for messages and tests)."""
     return Fraction(amount, _UNIT)
+
+
+def _incomplete_nodes(index: DeviceIndex) -> np.ndarray:
+    """bool per node: some pool the node sees is incomplete (`All` requests fail there).
+
+    Read from `index.pools` (the node's own pools and the cluster's shared markers), not from
+    the node's block: an incomplete pool gives the node no rows, so its block does not hold it.
+    The shared tuple is scanned once for all nodes.
+    """
+    out = np.zeros(len(index.node_names), dtype=bool)
+    shared_flags: dict[int, tuple[bool, frozenset[Any]]] = {}
+    for position, name in enumerate(index.node_names):
+        pools = index.pools.get(name)
+        if pools is None:
+            continue
+        shared = getattr(pools, "shared", None)
+        if shared is None:  # a plain list of pools
+            out[position] = any(p.incomplete for p in pools)
+            continue
+        cached = shared_flags.get(id(shared))
+        if cached is None:
+            cached = (False, frozenset(p.id for p in shared if p.incomplete))
+            shared_flags[id(shared)] = cached
+        incomplete_shared = cached[1]
+        out[position] = any(p.incomplete for p in pools.own) or bool(incomplete_shared - set(pools.hidden))
+    return out

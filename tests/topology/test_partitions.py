@@ -231,7 +231,8 @@ def test_explain_prints_the_partition_terms_only_for_partitions() -> None:
     objects = [*b.device_classes(), *b.mig_classes(), b.node("n"), *b.a100_mig_slices("n", 1)]
     state = ClusterState.from_objects([*objects, b.mig_claim("one", "1g")])
     text = explain(state, b.pod("p", ["one"]), features=Features())
-    assert "partition packing 0.000, partition headroom 0.508 (device choice: first-fit)" in text
+    # The better slice is scored in prioritize and checked by upstream's search at bind.
+    assert "partition packing 0.000, partition headroom 0.508 (device choice: partition)" in text
     assert f"mig={'gpu.nvidia.com/n-gpu.nvidia.com/' + b.mig_name(0, '1g', 4)}" in text
     plain = [
         b.node("m"),
@@ -255,6 +256,6 @@ def test_a_choice_upstream_rejects_leaves_first_fit(monkeypatch: pytest.MonkeyPa
     assert placement.filter(pod, ["n"]).passed == ["n"]
     evaluation = placement.evaluate(pod, ["n"])
     score = placement.scores(evaluation, ["n"]).get("n")
-    assert [placement.index().row_device[r].name for r in score.rows] == [b.mig_name(0, "1g", 4)]
+    assert score.method == scoring.PARTITION  # scored as chosen; upstream's search checks it at bind
     written = placement.choose_allocations(evaluation, "n")
     assert [r.device.name for a in written for r in a.devices] == [b.mig_name(0, "1g", 4)]
