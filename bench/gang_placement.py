@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.placement import write_markdown
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
@@ -70,7 +71,6 @@ NAMESPACE = "gangs"
 DEVICE_CLASS = "gb200.nvidia.com"
 GPUS_PER_TRAY = 4
 _UIDS = uuid.UUID("0b6a2f53-7c1e-4d8a-9f3b-5e2d1c4a6b70")
-_RESULTS_BEGIN, _RESULTS_END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,18 +361,6 @@ def plot(all_metrics: dict[str, list[dict[str, float]]], path: Path, title: str)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
-
-
-def write_markdown(path: Path, block: str) -> None:
-    """Put `block` between the results markers of `path` (the rest of the file is left alone)."""
-    wrapped = f"{_RESULTS_BEGIN}\n{block.rstrip()}\n{_RESULTS_END}"
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if _RESULTS_BEGIN in text and _RESULTS_END in text:
-        head, rest = text.split(_RESULTS_BEGIN, 1)
-        text = f"{head}{wrapped}{rest.split(_RESULTS_END, 1)[1]}"
-    else:
-        text = f"{text.rstrip()}\n\n{wrapped}\n" if text else f"# Gang placement\n\n{wrapped}\n"
-    path.write_text(text, encoding="utf-8")
 
 
 def _parser() -> argparse.ArgumentParser:
