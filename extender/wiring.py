@@ -43,7 +43,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
     )
     selecting.set_result_cache_size(settings.cel_result_cache_size)
     prepare_kernels(settings)
-    placement.index()  # build now, so the first filter call does not pay for it
+    placement.warm()  # build the index and the tiers' columns now, not in the first filter call
     freeze_heap()
     return placement, InMemoryBinder(state, placement)
 
@@ -135,7 +135,7 @@ def kube_app_context(
     async def warm_after_sync() -> None:
         while not source.synced():
             await asyncio.sleep(0.1)
-        await placement.worker.run(placement.index)
+        await placement.worker.run(placement.warm)
         freeze_heap()
 
     async def app_context(app: Any) -> AsyncIterator[None]:
