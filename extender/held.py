@@ -13,7 +13,7 @@ devices (same uid) does not count twice, while one whose claim shows a *differen
 still counts (the double-allocation race written out at `collect_allocated`). `allocated()`
 equals `collect_allocated` over the same claims and assumed entries (devices, shared ids, summed capacity).
 
-Single-threaded: used by placement on the event loop.
+Single-threaded: used by placement on its worker thread (`extender.worker`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """ClusterState: the Kubernetes objects the extender knows, by kind, with change generations.
 
 Lifecycle: one writer at a time. In file mode the loader fills it once and the in-memory binder
-then updates claims and pods; in cluster mode the watch tasks apply events. All writers run on
-the event loop, so readers on the loop never see a half-applied event. Readers that need a
+then updates claims and pods; in cluster mode the watch tasks apply events. All writers and
+readers run on the placement's worker thread (`extender.worker`), so no reader sees a
+half-applied event. Readers that need a
 consistent view across several calls (the device index, the allocator) take the generation
 numbers and rebuild their derived views when they change.
 

@@ -245,7 +245,7 @@ _last_index: weakref.ref[DeviceIndex] | None = None  # weak: an old index must n
 def counter_columns(index: DeviceIndex) -> CounterColumns:
     """The counter columns of `index`, re-using the per-block columns of the previous call.
 
-    Called on the event loop only (like everything in placement), so the module-level cache of
+    Called on the placement's worker thread only (like everything in placement), so the module-level cache of
     the latest generation needs no lock.
     """
     global _last, _last_index

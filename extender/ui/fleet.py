@@ -27,6 +27,7 @@ import numpy as np
 
 from extender.allocator.constraints import lookup_attribute
 from extender.allocator.model import Device, DeviceID
+from extender.claims import same_devices
 from extender.index.snapshot import DeviceIndex
 from extender.quantity import Quantity
 from extender.topology import LEVELS, TopologySettings
@@ -44,7 +45,7 @@ def holders(claims: Iterable[Obj], assumed: Mapping[str, Obj]) -> dict[DeviceID,
     `assumed` maps claim uid -> an allocation chosen by bind whose write is not visible yet.
     """
     out: dict[DeviceID, tuple[str, bool]] = {}
-    written: set[str] = set()
+    written: dict[str, Obj] = {}
     by_uid: dict[str, str] = {}
     for claim in claims:
         meta = claim.get("metadata") or {}
@@ -52,12 +53,12 @@ def holders(claims: Iterable[Obj], assumed: Mapping[str, Obj]) -> dict[DeviceID,
         by_uid[str(meta.get("uid", ""))] = ref
         allocation = (claim.get("status") or {}).get("allocation")
         if isinstance(allocation, dict):
-            written.add(str(meta.get("uid", "")))
+            written[str(meta.get("uid", ""))] = allocation
             for device_id in _result_ids(allocation):
                 out.setdefault(device_id, (ref, False))
     for uid, allocation in assumed.items():
-        if uid in written:
-            continue
+        if uid in written and same_devices(written[uid], allocation):
+            continue  # its write is visible (an entry for other devices still holds them: claims.py)
         for device_id in _result_ids(allocation):
             out.setdefault(device_id, (by_uid.get(uid, f"claim uid {uid}"), True))
     return out
