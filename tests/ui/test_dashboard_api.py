@@ -187,3 +187,19 @@ async def test_no_dashboard_unless_switched_on(aiohttp_client, services) -> None
     client = await aiohttp_client(app)
     assert (await client.get("/ui")).status == 404
     assert (await client.get("/ui/api/fleet")).status == 404
+
+
+def test_holders_follow_the_assumed_entry_rule() -> None:
+    """An assumed entry whose claim visibly holds other devices still holds its own (claims.py)."""
+    from extender.allocator.model import DeviceID
+    from extender.ui.fleet import holders
+
+    def allocation(device: str) -> dict[str, Any]:
+        return {"devices": {"results": [{"request": "r", "driver": "d", "pool": "p", "device": device}]}}
+
+    claim = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}, "status": {"allocation": allocation("a")}}
+    assert holders([claim], {"u": allocation("a")}) == {DeviceID("d", "p", "a"): ("ns/c", False)}
+    assert holders([claim], {"u": allocation("b")}) == {
+        DeviceID("d", "p", "a"): ("ns/c", False),
+        DeviceID("d", "p", "b"): ("ns/c", True),
+    }
