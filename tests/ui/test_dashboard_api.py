@@ -197,7 +197,8 @@ def test_holders_follow_the_assumed_entry_rule() -> None:
     def allocation(device: str) -> dict[str, Any]:
         return {"devices": {"results": [{"request": "r", "driver": "d", "pool": "p", "device": device}]}}
 
-    claim = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}, "status": {"allocation": allocation("a")}}
+    meta = {"name": "c", "namespace": "ns", "uid": "u"}
+    claim = {"metadata": meta, "status": {"allocation": allocation("a")}}
     assert holders([claim], {"u": allocation("a")}) == {DeviceID("d", "p", "a"): ("ns/c", False)}
     assert holders([claim], {"u": allocation("b")}) == {
         DeviceID("d", "p", "a"): ("ns/c", False),
