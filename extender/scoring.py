@@ -33,7 +33,13 @@ from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.taints import all_tolerated
 from extender.index.snapshot import DeviceIndex
-from extender.topology import Partitions, TopologySettings, partition_groups
+from extender.topology import (
+    NodePartitions,
+    Partitions,
+    TopologySettings,
+    assemble_partitions,
+    node_partitions,
+)
 from kernels import topology as kernels
 
 #: How a node's device set was found (shown by `explain`).
@@ -283,12 +289,28 @@ def combine(parts: np.ndarray, preference: np.ndarray, settings: TopologySetting
 _PARTITIONS: weakref.WeakKeyDictionary[DeviceIndex, Partitions] = weakref.WeakKeyDictionary()
 
 
+#: id(node block) -> (the block, its NodePartitions) of the last generation grouped: blocks are
+#: re-used across index generations while their node is unchanged (extender.index.snapshot).
+_NODE_PARTS: dict[int, tuple[Any, NodePartitions]] = {}
+
+
 def partitions(index: DeviceIndex) -> Partitions:
-    """The index's parent-GPU groups and counter shares (built on first use, once per generation)."""
+    """The index's parent-GPU groups and counter shares (built on first use, once per generation;
+    only the nodes whose block changed since the last generation grouped are grouped again)."""
+    global _NODE_PARTS
     found = _PARTITIONS.get(index)
     if found is None:
-        pools = [index.pools[name] for name in index.node_names]
-        found = partition_groups(index.topology, index.row_device, index.node_start, pools)
+        parts: list[NodePartitions] = []
+        cache: dict[int, tuple[Any, NodePartitions]] = {}
+        for name in index.node_names:
+            block = index.blocks[name]
+            hit = _NODE_PARTS.get(id(block))
+            if hit is None or hit[0] is not block:
+                hit = (block, node_partitions(index.topology, block.devices, index.pools[name]))
+            cache[id(block)] = hit
+            parts.append(hit[1])
+        _NODE_PARTS = cache
+        found = assemble_partitions(parts, index.node_start)
         _PARTITIONS[index] = found
     return found
 

@@ -318,6 +318,108 @@ class Partitions:
 UNFITTABLE_SHARE = 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class NodePartitions:
+    """One node's share of `Partitions`, with node-local row and group ids (cacheable per node
+    block: it depends only on the node's devices and the pools that give them)."""
+
+    row_group: np.ndarray  # int64 [node rows]: local group id, -1 where no partition
+    row_cost: np.ndarray  # float64 [node rows, local width]
+    group_counters: np.ndarray  # int64 [local groups]
+    counters_only: np.ndarray  # bool [node rows]
+
+
+_NO_PARTITIONS_COST = np.zeros((0, 1), dtype=np.float64)
+
+
+def node_partitions(model: TopologyModel, devices: Sequence[Device], pools: Sequence[Pool]) -> NodePartitions:
+    """The "parent GPU" grouping of one node's rows (`devices` in row order, `pools` the node's)."""
+    rows = len(devices)
+    row_group = np.full(rows, -1, dtype=np.int64)
+    counters_only = np.zeros(rows, dtype=bool)
+    maybe = [d for d in devices if d.consumes_counters or d.id.driver in PARTITION_PARENTS]
+    if not maybe:
+        return NodePartitions(row_group, np.zeros((rows, 1)), np.zeros(0, dtype=np.int64), counters_only)
+    keys: dict[tuple[Any, ...], int] = {}
+    columns: list[list[str]] = []
+    shares: list[tuple[int, list[float]]] = []
+    pool_of = {
+        id(d): (pool, slice_)
+        for pool in pools
+        if pool.counter_sets
+        for slice_ in pool.slices
+        for d in slice_.devices
+    }
+    named = {p for d in maybe if (p := model.parent_of(d)) is not None}
+    for row, device in enumerate(devices):
+        pool, slice_ = pool_of.get(id(device), (None, None)) if device.consumes_counters else (None, None)
+        counters = pool.counter_sets.get(device.consumes_counters[0][0]) if pool is not None else None
+        if pool is not None and slice_ is not None and counters is not None:
+            counters_only[row] = not (
+                device.binding_conditions
+                or device.allow_multiple_allocations
+                or slice_.per_device_node_selection
+                or pool.has_binding_conditions
+            )
+            set_name, consumed = device.consumes_counters[0]
+            key: tuple[Any, ...] = ("counters", pool.id, set_name)
+            names = sorted(counters)
+            share = []
+            for name in names:
+                amount = consumed.get(name)
+                capacity = counters[name].exact
+                if amount is None or amount.exact == 0:
+                    share.append(0.0)
+                elif capacity <= 0:
+                    share.append(UNFITTABLE_SHARE)
+                else:
+                    share.append(float(amount.exact / capacity))
+        else:
+            parent = model.parent_of(device)
+            if parent is None:
+                own = model.own_id(device)
+                parent = own if own is not None and own in named else None
+            if parent is None:
+                continue
+            key, names, share = ("parent", parent), [], []
+        group = keys.get(key)
+        if group is None:
+            group = keys[key] = len(columns)
+            columns.append(names)
+        row_group[row] = group
+        if share:
+            shares.append((row, share))
+    width = max((len(c) for c in columns), default=0) or 1
+    row_cost = np.zeros((rows, width), dtype=np.float64)
+    for row, share in shares:
+        row_cost[row, : len(share)] = share
+    group_counters = np.array([len(c) for c in columns], dtype=np.int64)
+    return NodePartitions(row_group, row_cost, group_counters, counters_only)
+
+
+def assemble_partitions(parts: Sequence[NodePartitions], node_start: np.ndarray) -> Partitions:
+    """The cluster's `Partitions` from the nodes' parts (nodes in `node_start` order)."""
+    rows = int(node_start[-1]) if len(node_start) else 0
+    width = max((p.row_cost.shape[1] for p in parts), default=1) or 1
+    row_group = np.full(rows, -1, dtype=np.int64)
+    row_cost = np.zeros((rows, width), dtype=np.float64)
+    counters_only = np.zeros(rows, dtype=bool)
+    group_counters: list[np.ndarray] = []
+    offset = 0
+    for n, part in enumerate(parts):
+        if not len(part.group_counters):
+            continue  # no partition on this node: its rows keep -1 and cost 0
+        lo, hi = int(node_start[n]), int(node_start[n + 1])
+        local = part.row_group
+        row_group[lo:hi] = np.where(local >= 0, local + offset, -1)
+        row_cost[lo:hi, : part.row_cost.shape[1]] = part.row_cost
+        counters_only[lo:hi] = part.counters_only
+        group_counters.append(part.group_counters)
+        offset += len(part.group_counters)
+    counts = np.concatenate(group_counters) if group_counters else np.zeros(0, dtype=np.int64)
+    return Partitions(row_group, row_cost, counts, counters_only)
+
+
 def partition_groups(
     model: TopologyModel,
     row_device: Sequence[Device],
@@ -326,71 +428,11 @@ def partition_groups(
 ) -> Partitions:
     """Group the rows of an index (nodes in `node_start` order, their pools in `node_pools`).
 
-    Runs once per index generation: a Python pass over the rows, cheap for rows of drivers without
-    partitions (one dict lookup each).
+    A Python pass over every node's rows; `scoring.partitions` keeps the nodes' parts per node
+    block instead, so a new index generation re-groups only the nodes whose block changed.
     """
-    rows = len(row_device)
-    row_group = np.full(rows, -1, dtype=np.int64)
-    counters_only = np.zeros(rows, dtype=bool)
-    keys: dict[tuple[Any, ...], int] = {}
-    columns: list[list[str]] = []
-    shares: list[tuple[int, list[float]]] = []
-    for n in range(len(node_start) - 1):
-        lo, hi = int(node_start[n]), int(node_start[n + 1])
-        devices = row_device[lo:hi]
-        maybe = [d for d in devices if d.consumes_counters or d.id.driver in PARTITION_PARENTS]
-        if not maybe:
-            continue
-        pool_of = {
-            id(d): (pool, slice_)
-            for pool in node_pools[n]
-            if pool.counter_sets
-            for slice_ in pool.slices
-            for d in slice_.devices
-        }
-        named = {p for d in maybe if (p := model.parent_of(d)) is not None}
-        for row in range(lo, hi):
-            device = row_device[row]
-            pool, slice_ = pool_of.get(id(device), (None, None)) if device.consumes_counters else (None, None)
-            counters = pool.counter_sets.get(device.consumes_counters[0][0]) if pool is not None else None
-            if pool is not None and slice_ is not None and counters is not None:
-                counters_only[row] = not (
-                    device.binding_conditions
-                    or device.allow_multiple_allocations
-                    or slice_.per_device_node_selection
-                    or pool.has_binding_conditions
-                )
-                set_name, consumed = device.consumes_counters[0]
-                key: tuple[Any, ...] = (n, "counters", pool.id, set_name)
-                names = sorted(counters)
-                share = []
-                for name in names:
-                    amount = consumed.get(name)
-                    capacity = counters[name].exact
-                    if amount is None or amount.exact == 0:
-                        share.append(0.0)
-                    elif capacity <= 0:
-                        share.append(UNFITTABLE_SHARE)
-                    else:
-                        share.append(float(amount.exact / capacity))
-            else:
-                parent = model.parent_of(device)
-                if parent is None:
-                    own = model.own_id(device)
-                    parent = own if own is not None and own in named else None
-                if parent is None:
-                    continue
-                key, names, share = (n, "parent", parent), [], []
-            group = keys.get(key)
-            if group is None:
-                group = keys[key] = len(columns)
-                columns.append(names)
-            row_group[row] = group
-            if share:
-                shares.append((row, share))
-    width = max((len(c) for c in columns), default=0) or 1
-    row_cost = np.zeros((rows, width), dtype=np.float64)
-    for row, share in shares:
-        row_cost[row, : len(share)] = share
-    group_counters = np.array([len(c) for c in columns], dtype=np.int64)
-    return Partitions(row_group, row_cost, group_counters, counters_only)
+    parts = [
+        node_partitions(model, row_device[int(node_start[n]) : int(node_start[n + 1])], node_pools[n])
+        for n in range(len(node_start) - 1)
+    ]
+    return assemble_partitions(parts, node_start)

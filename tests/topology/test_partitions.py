@@ -259,3 +259,39 @@ def test_a_choice_upstream_rejects_leaves_first_fit(monkeypatch: pytest.MonkeyPa
     assert score.method == scoring.PARTITION  # scored as chosen; upstream's search checks it at bind
     written = placement.choose_allocations(evaluation, "n")
     assert [r.device.name for a in written for r in a.devices] == [b.mig_name(0, "1g", 4)]
+
+
+def test_partitions_regroup_only_changed_nodes_and_equal_a_fresh_grouping() -> None:
+    """scoring.partitions keeps each node's grouping per node block: after a change to one node's
+    slice the result equals grouping every node afresh, and the other nodes are not regrouped."""
+    from unittest import mock
+
+    from extender import topology
+
+    objects = [*b.mig_classes(), b.node("n"), *b.a100_mig_slices("n", 2)]
+    objects += [b.node("m"), *b.a100_mig_slices("m", 1)]
+    placement = b.placement(objects)
+
+    def fresh(index):
+        pools = [index.pools[name] for name in index.node_names]
+        return topology.partition_groups(index.topology, index.row_device, index.node_start, pools)
+
+    def same(a, b) -> bool:
+        return (
+            np.array_equal(a.row_group, b.row_group)
+            and np.array_equal(a.row_cost, b.row_cost)
+            and np.array_equal(a.group_counters, b.group_counters)
+            and np.array_equal(a.row_counters_only, b.row_counters_only)
+        )
+
+    first = scoring.partitions(placement.index())
+    assert first.num_groups > 0 and same(first, fresh(placement.index()))
+    state = placement.state
+    changed = next(s for s in state.list("ResourceSlice") if s["spec"].get("nodeName") == "m")
+    meta = changed["metadata"]
+    state.upsert({**changed, "metadata": {**meta, "resourceVersion": meta.get("resourceVersion", "1") + "0"}})
+    index = placement.index()
+    with mock.patch.object(scoring, "node_partitions", wraps=scoring.node_partitions) as grouped:
+        again = scoring.partitions(index)
+    assert same(again, fresh(index))
+    assert grouped.call_count == 1  # node m only
