@@ -273,30 +273,82 @@ class DeviceIndex:
         return len(self.row_device)
 
     # ----------------------------------------------------------------- masks
+    def carry_masks_from(self, previous: DeviceIndex) -> None:
+        """Let `mask` copy the previous generation's rows for the nodes whose block it re-uses.
+
+        A node block is re-used only while the node, its slices and their pools are unchanged, so
+        its rows (same Device objects, same order) select alike under the same class selectors;
+        only the rows of rebuilt nodes are evaluated again. Only the previous generation's masks
+        and row ranges are kept (not the previous index), so generations do not chain.
+        """
+        ranges: dict[int, tuple[int, int]] = {}
+        for position, name in enumerate(previous.node_names):
+            block = previous.blocks[name]
+            ranges[id(block)] = (int(previous.node_start[position]), int(previous.node_start[position + 1]))
+        keep = {id(block) for block in self.blocks.values()}
+        self._carry = (
+            dict(previous._masks),
+            {block_id: span for block_id, span in ranges.items() if block_id in keep},
+            {name: tuple(s.expression or "" for s in c.selectors) for name, c in previous.classes.items()},
+            previous.blocks,  # keeps the block objects alive, so their ids above stay theirs
+        )
+
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
         """Rows selected by the class selectors then the request selectors (cached).
 
         Evaluates CEL once per device and expression (results live on the devices); this is
         the only place the filter path can run CEL, and only the first time a selector is seen.
+        Rows of nodes unchanged since the previous generation are copied from its mask.
         """
         key = (class_name, selectors)
         cached = self._masks.get(key)
         if cached is not None:
             return cached
         device_class = self.classes[class_name]
-        match = np.zeros(self.num_rows, dtype=bool)
-        error = np.zeros(self.num_rows, dtype=bool)
-        verdicts: dict[int, tuple[bool, bool]] = {}
         class_exprs = tuple(s.expression or "" for s in device_class.selectors)
-        for row, device in enumerate(self.row_device):
-            verdict = verdicts.get(id(device))
-            if verdict is None:
-                verdict = self._evaluate(class_exprs, selectors, device)
-                verdicts[id(device)] = verdict
-            match[row], error[row] = verdict
+        carried = self._carried_mask(key, class_name, class_exprs)
+        if carried is not None:
+            match, error, todo = carried
+        else:
+            match = np.zeros(self.num_rows, dtype=bool)
+            error = np.zeros(self.num_rows, dtype=bool)
+            todo = [(0, self.num_rows)]
+        verdicts: dict[int, tuple[bool, bool]] = {}
+        for start, stop in todo:
+            for row in range(start, stop):
+                device = self.row_device[row]
+                verdict = verdicts.get(id(device))
+                if verdict is None:
+                    verdict = self._evaluate(class_exprs, selectors, device)
+                    verdicts[id(device)] = verdict
+                match[row], error[row] = verdict
         result = SelectorMask(match=match, error=error)
         self._masks[key] = result
         return result
+
+    def _carried_mask(
+        self, key: tuple[str, tuple[str, ...]], class_name: str, class_exprs: tuple[str, ...]
+    ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]] | None:
+        """(match, error, row ranges still to evaluate) from the previous generation, or None."""
+        carry = getattr(self, "_carry", None)
+        if carry is None:
+            return None
+        masks, spans, classes, _ = carry
+        old = masks.get(key)
+        if old is None or classes.get(class_name) != class_exprs:
+            return None  # a new selector, or the class's selectors changed: evaluate everything
+        match = np.zeros(self.num_rows, dtype=bool)
+        error = np.zeros(self.num_rows, dtype=bool)
+        todo: list[tuple[int, int]] = []
+        for position, name in enumerate(self.node_names):
+            start, stop = int(self.node_start[position]), int(self.node_start[position + 1])
+            span = spans.get(id(self.blocks[name]))
+            if span is not None and span[1] - span[0] == stop - start:
+                match[start:stop] = old.match[span[0] : span[1]]
+                error[start:stop] = old.error[span[0] : span[1]]
+            elif stop > start:
+                todo.append((start, stop))
+        return match, error, todo
 
     def attribute_codes(self, name: str) -> np.ndarray:
         """Per row, an interned code of the device's attribute `name` (cached per generation).
@@ -393,6 +445,8 @@ def build_index(
         previous_catalog=previous.catalog if previous is not None else None,
     )
     index.parsed_by_raw = parsed_by_raw
+    if previous is not None and previous.evaluator is index.evaluator:
+        index.carry_masks_from(previous)
     return index
 
 

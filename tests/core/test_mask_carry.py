@@ -1,0 +1,60 @@
+"""Selector masks across index generations: rows of unchanged nodes are copied, not re-evaluated."""
+
+from __future__ import annotations
+
+import copy
+from unittest import mock
+
+import numpy as np
+
+from extender.allocator.features import Features
+from extender.cluster.sample import sample_objects
+from extender.cluster.state import ClusterState
+from extender.index import snapshot
+from extender.index.snapshot import build_index
+
+FEATURES = Features.from_gates()
+
+
+def _touch(state: ClusterState, node: str) -> None:
+    raw = next(s for s in state.list("ResourceSlice") if s["spec"].get("nodeName") == node)
+    meta = raw["metadata"]
+    state.upsert({**raw, "metadata": {**meta, "resourceVersion": meta["resourceVersion"] + "0"}})
+
+
+def test_a_one_node_change_evaluates_only_that_nodes_rows_and_equals_a_fresh_mask() -> None:
+    state = ClusterState.from_objects(copy.deepcopy(sample_objects()))
+    first = build_index(state, FEATURES)
+    selectors = ('device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA")',)
+    before = first.mask("gpu.nvidia.com", selectors)
+    _touch(state, "h100-node-02")
+    second = build_index(state, FEATURES, previous=first)
+    position = second.node_pos["h100-node-02"]
+    rows = int(second.node_start[position + 1] - second.node_start[position])
+    calls = []
+    real = snapshot.DeviceIndex._evaluate
+
+    def counting(self, *args):
+        calls.append(args)
+        return real(self, *args)
+
+    with mock.patch.object(snapshot.DeviceIndex, "_evaluate", counting):
+        after = second.mask("gpu.nvidia.com", selectors)
+    assert len(calls) == rows  # the other nodes' rows were copied
+    fresh = build_index(state, FEATURES).mask("gpu.nvidia.com", selectors)
+    assert np.array_equal(after.match, fresh.match) and np.array_equal(after.error, fresh.error)
+    assert after.match.sum() == before.match.sum()  # same devices, new objects for one node
+
+
+def test_a_changed_device_class_evaluates_everything_again() -> None:
+    state = ClusterState.from_objects(copy.deepcopy(sample_objects()))
+    first = build_index(state, FEATURES)
+    first.mask("gpu.nvidia.com", ())
+    raw = copy.deepcopy(state.get("DeviceClass", "gpu.nvidia.com"))
+    raw["spec"]["selectors"] = [{"cel": {"expression": 'device.driver == "dra.net"'}}]
+    state.upsert(raw)
+    second = build_index(state, FEATURES, previous=first)
+    after = second.mask("gpu.nvidia.com", ())
+    fresh = build_index(state, FEATURES).mask("gpu.nvidia.com", ())
+    assert np.array_equal(after.match, fresh.match)
+    assert all(second.row_device[r].id.driver == "dra.net" for r in np.flatnonzero(after.match))
