@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.placement import write_markdown
+from bench.placement import plot, write_markdown
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
@@ -335,34 +335,6 @@ def table(all_metrics: dict[str, list[dict[str, float]]], seeds: list[int]) -> s
     return "\n".join(lines)
 
 
-def plot(all_metrics: dict[str, list[dict[str, float]]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    shown = METRICS[:4]
-    figure, axes = plt.subplots(1, len(shown), figsize=(13, 3.8))
-    policies = list(all_metrics)
-    colors = ["#9e9e9e", "#1f77b4", "#ff7f0e"]
-    for axis, (key, label, unit, decimals) in zip(axes, shown, strict=True):
-        per_seed = [[m[key] for m in all_metrics[p]] for p in policies]
-        means = [float(np.mean(v)) for v in per_seed]
-        bars = axis.bar(policies, means, color=colors[: len(policies)], width=0.6)
-        for x, values in enumerate(per_seed):
-            axis.scatter([x] * len(values), values, color="black", s=12, zorder=3)
-        axis.bar_label(bars, labels=[f"{m:.{decimals}f}{unit}" for m in means], padding=3, fontsize=8)
-        top = max(max(v) for v in per_seed)
-        axis.set_ylim(0, 105 if unit == "%" else max(1.0, top) * 1.25)
-        better = "lower is better" if key == "cliques" else "higher is better"
-        axis.set_title(f"{label}\n({better})", fontsize=9)
-        axis.tick_params(labelsize=8)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.gang_placement", description=__doc__.split("\n")[0]
@@ -419,11 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.markdown:
         write_markdown(args.markdown, block)
     if args.plot:
-        plot(
-            all_metrics,
-            args.plot,
-            f"Gangs on {args.racks} NVL72-style racks: first-fit vs node-local vs gang-aware",
-        )
+        title = f"Gangs on {args.racks} NVL72-style racks: first-fit vs node-local vs gang-aware"
+        plot(all_metrics, args.plot, title, shown=METRICS[:4], lower_is_better=("cliques",))
     return 0
 
 

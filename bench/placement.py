@@ -45,7 +45,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -656,14 +656,27 @@ def shape_table(shapes: dict[str, dict[str, tuple[int, int, int]]]) -> str:
     return "\n".join(lines)
 
 
-def plot(all_metrics: dict[str, list[dict[str, float]]], path: Path, title: str) -> None:
-    """Bar chart of the `PLOTTED` quality metrics per policy: mean over seeds, dots for each seed."""
+def plot(
+    all_metrics: dict[str, list[dict[str, float]]],
+    path: Path,
+    title: str,
+    *,
+    shown: Sequence[tuple[str, str, str, int]] | None = None,
+    lower_is_better: Collection[str] = (),
+) -> None:
+    """Bar chart of quality metrics per policy: mean over seeds, dots for each seed.
+
+    `shown` (key, label, unit, decimals): default the `PLOTTED` ones of `METRICS`; units with a
+    "%" get a 0-105 axis. `lower_is_better`: keys labelled so (default `LOWER_IS_BETTER`).
+    Also draws bench.gang_placement's figure.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [m for m in METRICS if m[0] in PLOTTED]
+    shown = list(shown) if shown is not None else [m for m in METRICS if m[0] in PLOTTED]
+    lower = set(lower_is_better) or LOWER_IS_BETTER
     columns = 4
     rows = (len(shown) + columns - 1) // columns
     figure, grid = plt.subplots(rows, columns, figsize=(14, 3.9 * rows), squeeze=False)
@@ -680,8 +693,8 @@ def plot(all_metrics: dict[str, list[dict[str, float]]], path: Path, title: str)
             axis.scatter([x] * len(values), values, color="black", s=12, zorder=3)
         axis.bar_label(bars, labels=[f"{m:.{decimals}f}{unit}" for m in means], padding=3, fontsize=8)
         top = max(max(v) for v in per_seed)
-        axis.set_ylim(0, 105 if unit else max(1.0, top) * 1.2)
-        better = "lower is better" if key in LOWER_IS_BETTER else "higher is better"
+        axis.set_ylim(0, 105 if "%" in unit else max(1.0, top) * 1.2)
+        better = "lower is better" if key in lower else "higher is better"
         axis.set_title(f"{label}\n({better})", fontsize=9)
         axis.tick_params(labelsize=8)
     figure.suptitle(title, fontsize=10)

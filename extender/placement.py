@@ -505,20 +505,11 @@ class Placement:
         short = scoring.short_requests(specs, index, positions)
         unsure: list[str] = []
         for i, name in enumerate(names):
-            if status[i] in (kernels.STATUS_EXACT, kernels.STATUS_BOUNDED):
-                reason = f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use"
-                evaluation.verdicts[name] = NodeVerdict(FAILED, reason)
-            elif status[i] == kernels.STATUS_UNKNOWN:
+            if status[i] == kernels.STATUS_UNKNOWN:
                 unsure.append(name)
-            elif short[i]:
-                reason = f"{CANNOT_ALLOCATE}: {short[i]} do not exist on the node"
-                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, reason)
             else:
-                evaluation.verdicts[name] = NodeVerdict(
-                    UNRESOLVABLE,
-                    f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
-                    "(constraints, shared counters or capacity)",
-                )
+                fits_if_free = status[i] in (kernels.STATUS_EXACT, kernels.STATUS_BOUNDED)
+                evaluation.verdicts[name] = _no_set_verdict(refs, fits_if_free=fits_if_free, short=short[i])
         return unsure
 
     def _decide_by_first_fit(
@@ -554,20 +545,11 @@ class Placement:
         short = firstfit.short_requests(evaluation.specs, index, positions[none])
         refs = ", ".join(s.ref for s in evaluation.specs)
         for i, name in enumerate(failed):
-            if if_free[i] == counter_kernels.STATUS_FOUND:
-                reason = f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use"
-                evaluation.verdicts[name] = NodeVerdict(FAILED, reason)
-            elif if_free[i] == counter_kernels.STATUS_UNKNOWN:
+            if if_free[i] == counter_kernels.STATUS_UNKNOWN:
                 search.append(name)
-            elif short[i]:
-                reason = f"{CANNOT_ALLOCATE}: {short[i]} do not exist on the node"
-                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, reason)
             else:
-                evaluation.verdicts[name] = NodeVerdict(
-                    UNRESOLVABLE,
-                    f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
-                    "(constraints, shared counters or capacity)",
-                )
+                fits_if_free = if_free[i] == counter_kernels.STATUS_FOUND
+                evaluation.verdicts[name] = _no_set_verdict(refs, fits_if_free=fits_if_free, short=short[i])
         return search
 
     def _search_node(
@@ -596,15 +578,8 @@ class Placement:
             return NodeVerdict(PASSED)
         refs = ", ".join(s.ref for s in evaluation.specs)
         short = _short_request(evaluation.specs, index, name)
-        if short:
-            return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {short} do not exist on the node")
-        if stats.held_back:
-            return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use")
-        return NodeVerdict(
-            UNRESOLVABLE,
-            f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
-            "(constraints, shared counters or capacity)",
-        )
+        # A short request can never fit; otherwise "held back" is the search's "fits if free".
+        return _no_set_verdict(refs, fits_if_free=stats.held_back and not short, short=short)
 
     def _run_allocator(
         self,
@@ -953,6 +928,20 @@ def claims_key(pod: Obj) -> tuple[Any, ...]:
             if isinstance(e, dict)
         ),
         tuple((s.get("name"), s.get("resourceClaimName")) for s in statuses if isinstance(s, dict)),
+    )
+
+
+def _no_set_verdict(refs: str, *, fits_if_free: bool, short: str) -> NodeVerdict:
+    """Why a kernel found no device set on a node, in the search's words: the devices are in use
+    (a set exists with nothing held), some request has too few devices, or no combination fits."""
+    if fits_if_free:
+        return NodeVerdict(FAILED, f"{CANNOT_ALLOCATE}: the devices claims {refs} need are in use")
+    if short:
+        return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {short} do not exist on the node")
+    return NodeVerdict(
+        UNRESOLVABLE,
+        f"{CANNOT_ALLOCATE}: no combination of the node's devices satisfies claims {refs} "
+        "(constraints, shared counters or capacity)",
     )
 
 

@@ -70,6 +70,7 @@ from loadtests.generate import (
     _slice,
     _templates,
     node_object,
+    pending_pods,
 )
 
 Obj = dict[str, Any]
@@ -746,16 +747,7 @@ def generate_mixed_cluster(
     for number, hold in enumerate(_holds(rng, placed, held_fraction), start=1):
         claim, pod = _allocated_claim(ids, hold, number)
         objects.extend((pod, claim))
-    shapes = list(MIXED_SHAPES.values())
-    weights = [s.weight for s in shapes]
     shape_rng = random.Random(f"mixed-pod-shapes-{seed}")
-    pending: list[Obj] = []
-    for number in range(1, pods + 1):
-        shape = shape_rng.choices(shapes, weights)[0]
-        name = f"job-{number:05d}"
-        uid = ids.uid()
-        created = ids.time(80_000 + number)
-        claim = _claim(ids, name, uid, shape, created)
-        objects.append(claim)
-        pending.append(_pod(ids, name, shape.name, claim["metadata"]["name"], uid, created, None))
+    claims, pending = pending_pods(ids, list(MIXED_SHAPES.values()), pods, shape_rng)
+    objects.extend(claims)
     return objects, pending

@@ -568,20 +568,33 @@ def generate_cluster(
     claims, running = _allocated(ids, gpus_per_node, nodes, allocated_fraction)
     objects.extend(running)
     objects.extend(claims)
-    shapes = list(SHAPES.values())
+    claims, pending = pending_pods(ids, list(SHAPES.values()), pods, random.Random(f"pod-shapes-{seed}"))
+    objects.extend(claims)
+    return objects, pending
+
+
+def pending_pods(
+    ids: _Ids, shapes: Sequence[Any], count: int, shape_rng: random.Random
+) -> tuple[list[Obj], list[Obj]]:
+    """`count` pending pods with their unallocated claims, shapes drawn by weight from `shapes`
+    (a `ClaimShape` here, a `loadtests.fleet.MixedShape` for the mixed fleet: anything with the
+    `name`, `weight` and claim spec `_claim` reads).
+
+    Shapes come from their own stream (`shape_rng`, seeded from the seed alone), so every cluster
+    size gets the same pod mix for a seed. Returns (claims, pods).
+    """
     weights = [s.weight for s in shapes]
-    # Shapes come from their own stream, so every cluster size gets the same pod mix for a seed.
-    shape_rng = random.Random(f"pod-shapes-{seed}")
+    claims: list[Obj] = []
     pending: list[Obj] = []
-    for number in range(1, pods + 1):
+    for number in range(1, count + 1):
         shape = shape_rng.choices(shapes, weights)[0]
         name = f"job-{number:05d}"
         uid = ids.uid()
         created = ids.time(80_000 + number)
         claim = _claim(ids, name, uid, shape, created)
-        objects.append(claim)
+        claims.append(claim)
         pending.append(_pod(ids, name, shape.name, claim["metadata"]["name"], uid, created, None))
-    return objects, pending
+    return claims, pending
 
 
 def write(objects: list[Obj], pods: list[Obj], out: Path) -> tuple[Path, Path]:
