@@ -85,7 +85,7 @@ BIND_REASONS: tuple[str, ...] = (
     "not_found",
     "not_ready",
     "timeout",
-    # the kube-mode binder's own reasons (extender.kube_binder.BIND_REASONS)
+    # the kube-mode binder's own reasons (extender.kube.binder.BIND_REASONS)
     "claim_gone",
     "allocated_elsewhere",
     "no_fit",

@@ -17,9 +17,9 @@ from typing import Any
 
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
-from extender.cluster.kube import KubeSource
 from extender.cluster.state import ClusterState
-from extender.kube_binder import KubeBinder, LeaderView
+from extender.kube.binder import KubeBinder, LeaderView
+from extender.kube.watch import KubeSource
 from extender.placement import Placement
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from extender.kube_binder import NODE_GONE, OK, POD_GONE, TIMEOUT
+from extender.kube.binder import NODE_GONE, OK, POD_GONE, TIMEOUT
 from tests.fakeapi.server import FakeApiServer
 from tests.kube_bind.cluster import NAMESPACE, Harness, writes
 from tests.kube_bind.test_kube_binder import seed, untouched

@@ -20,7 +20,7 @@ deterministic function of its seed: a failure prints the scenario and seed that 
 
 `test_interleavings_over_http` runs 40 further seeded scenarios end to end: the fake HTTP
 server, the real `kubernetes` client on the binder's thread pool, and the real watch
-(`extender.cluster.kube.KubeSource`), with foreign writes injected from the server's request
+(`extender.kube.watch.KubeSource`), with foreign writes injected from the server's request
 hook. Thread timing makes those runs non-deterministic; they check the same invariants.
 
 External events in both: claims allocated by "someone else" (on a node the extender never
@@ -59,7 +59,7 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
-from extender.kube_binder import OK, KubeBinder
+from extender.kube.binder import OK, KubeBinder
 from extender.placement import Placement
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.fakeapi.store import BY_KIND, ApiError, Store

@@ -28,7 +28,7 @@ The same mistake in the binder's prune of written claims (found while tracing th
 *any* allocation. If someone else's allocation and release of the claim came before our write,
 the lagging watch shows their allocation first: our entry went, our devices looked free until
 our write showed, and the next bind took them. The entry now goes when the watch reaches our
-write's resourceVersion, or the claim is gone (`kube_binder._write_seen`, step by step there).
+write's resourceVersion, or the claim is gone (`extender.kube.binder._write_seen`, step by step there).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from extender.allocator.model import DeviceID
 from extender.assumed import AssumeCache
 from extender.claims import collect_allocated, same_devices
 from extender.cluster.state import ClusterState
-from extender.kube_binder import NO_FIT, OK, KubeBinder, _write_seen
+from extender.kube.binder import NO_FIT, OK, KubeBinder, _write_seen
 from extender.placement import Placement
 from tests.fakeapi.store import Store
 from tests.kube_bind.cluster import NAMESPACE, allocation

@@ -4,7 +4,7 @@ Scope: what bind writes in allocator mode (finalizer, status.allocation, status.
 then the Binding) and in the default profile (only the Binding); 409 retries; claims
 allocated elsewhere or deleted mid-bind; undo after partial writes; concurrent binds on the
 last free device; leadership; template-generated claims. The cluster state is fed by
-`extender.cluster.kube.KubeSource` watching the fake server, as in production.
+`extender.kube.watch.KubeSource` watching the fake server, as in production.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from extender.binder import DELETE_PROTECTION_FINALIZER
-from extender.kube_binder import (
+from extender.kube.binder import (
     ALLOCATED_ELSEWHERE,
     API_ERROR,
     CLAIM_GONE,

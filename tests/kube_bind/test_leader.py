@@ -16,8 +16,8 @@ import orjson
 import pytest
 
 from extender import wiring
-from extender.kube_binder import NOT_LEADER, OK, KubeBinder
-from extender.leader import LeaderElector, micro_time, parse_time
+from extender.kube.binder import NOT_LEADER, OK, KubeBinder
+from extender.kube.lease import LeaderElector, micro_time, parse_time
 from extender.server import make_app
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer, RequestInfo

@@ -1,0 +1,10 @@
+"""Everything that talks to the Kubernetes API server, and nothing else does.
+
+- `watch`: list and watch the API server into a ClusterState (cluster mode's object source);
+- `binder`: allocator-mode bind: claim writes with resourceVersion preconditions, the Binding,
+  and the undo of a failed bind;
+- `lease`: coordination.k8s.io Lease leader election, so only one replica binds.
+
+The placement core never imports this package: it sees the cluster only through ClusterState,
+and `wiring` connects the two.
+"""
