@@ -32,9 +32,10 @@ import yaml
 
 from extender import wiring
 from extender.__main__ import build_parser
-from extender.kube.binder import OK, KubeBinder
+from extender.kube.binder import KubeBinder
 from extender.kube.lease import LeaderElector
 from extender.settings import Settings, load_settings
+from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo, RequestLogEntry
 from tests.kube_bind.cluster import NAMESPACE, claim, device_class, gpu_slice, node, pod, until
 
@@ -200,7 +201,8 @@ async def _exercise_everything(api: FakeApiServer) -> list[RequestLogEntry]:
 
         async def bind(name: str) -> tuple[str, str]:
             uid = api.get_object("Pod", name, NAMESPACE)["metadata"]["uid"]  # type: ignore[index]
-            return await binder.bind_with_reason(namespace=NAMESPACE, name=name, uid=uid, node="gpu-node-1")
+            outcome = await binder.bind(namespace=NAMESPACE, name=name, uid=uid, node="gpu-node-1")
+            return outcome.error, outcome.reason
 
         assert await bind("train") == ("", OK)
         api.on_request = _conflict_once(api, "eval-gpus")

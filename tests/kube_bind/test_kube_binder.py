@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from extender.binder import DELETE_PROTECTION_FINALIZER
-from extender.kube.binder import (
+from extender.verdicts import (
     ALLOCATED_ELSEWHERE,
     API_ERROR,
     CLAIM_GONE,
@@ -335,9 +335,8 @@ async def test_pod_uid_mismatch_is_refused(fake_api: FakeApiServer):
     seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
     async with Harness(fake_api) as h:
         fake_api.clear_request_log()
-        error, reason = await h.binder.bind_with_reason(
-            namespace=NAMESPACE, name="p1", uid="stale-uid", node="n1"
-        )
+        outcome = await h.binder.bind(namespace=NAMESPACE, name="p1", uid="stale-uid", node="n1")
+        error, reason = outcome.error, outcome.reason
         assert reason == POD_GONE, error
         assert writes(fake_api) == []
 
@@ -398,7 +397,8 @@ async def test_non_leader_refuses_without_touching_anything(fake_api: FakeApiSer
     async with Harness(fake_api, elector=_Follower()) as h:
         uid = h.pod("p1")["metadata"]["uid"]
         fake_api.clear_request_log()
-        error, reason = await h.binder.bind_with_reason(namespace=NAMESPACE, name="p1", uid=uid, node="n1")
+        outcome = await h.binder.bind(namespace=NAMESPACE, name="p1", uid=uid, node="n1")
+        error, reason = outcome.error, outcome.reason
         assert reason == NOT_LEADER
         assert (
             "not the leader" in error
