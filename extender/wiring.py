@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from extender.kube.binder import KubeBinder
     from extender.kube.watch import KubeSource
-    from extender.verdicts import BindService
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ def build_kube_services(
     settings: Settings,
     *,
     api_client: kubernetes.client.ApiClient | None = None,
-) -> tuple[Placement, BindService, KubeSource]:
+) -> tuple[Placement, KubeBinder, KubeSource]:
     """Placement, binder and watch source for kube mode, over an initially empty ClusterState.
 
     The watch applies its events on the placement's worker thread, the thread that runs every
