@@ -36,7 +36,6 @@ from prometheus_client.registry import Collector
 from extender import __version__, verdicts
 from extender.errors import KubeAPIError
 from extender.settings import Settings
-from extender.verdicts import BIND_REASONS, BindOutcome
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is configured
     from opentelemetry.sdk.trace import TracerProvider
@@ -287,9 +286,9 @@ class Metrics:
             ),
             bind_outcomes=counter(
                 "dra_extender_bind_outcomes",
-                "Bind calls by outcome reason (" + ", ".join(BIND_REASONS) + ").",
+                "Bind calls by outcome reason (" + ", ".join(verdicts.BIND_REASONS) + ").",
                 "reason",
-                BIND_REASONS,
+                verdicts.BIND_REASONS,
             ),
         )
         if placement is not None:
@@ -297,15 +296,15 @@ class Metrics:
         return metrics
 
 
-def bind_reason(outcome: BindOutcome | BaseException) -> str:
+def bind_reason(outcome: verdicts.BindOutcome | BaseException) -> str:
     """The `reason` label for a bind: the binder's outcome, or the exception that escaped it.
 
-    An outcome gives its own reason when that is one of BIND_REASONS. An exception is "timeout"
+    An outcome gives its own reason when that is one of `verdicts.BIND_REASONS`. An exception is "timeout"
     (a TimeoutError), "conflict" or "not_found" (a KubeAPIError with status 409 or 404); anything
     else is "error".
     """
-    if isinstance(outcome, BindOutcome):
-        return outcome.reason if outcome.reason in BIND_REASONS else verdicts.ERROR
+    if isinstance(outcome, verdicts.BindOutcome):
+        return outcome.reason if outcome.reason in verdicts.BIND_REASONS else verdicts.ERROR
     if isinstance(outcome, TimeoutError):
         return verdicts.TIMEOUT
     if isinstance(outcome, KubeAPIError):
