@@ -401,7 +401,7 @@ async def run_binds_in_process(cluster: Cluster, pods: list[Obj], warmup: int) -
         node = best_node(placement.prioritize(pod, verdict.passed))
         namespace, name, uid = _pod_ids(pod)
         started = time.perf_counter()
-        error = await binder.bind(namespace=namespace, name=name, uid=uid, node=node)
+        error = (await binder.bind(namespace=namespace, name=name, uid=uid, node=node)).error
         elapsed = time.perf_counter() - started
         binds.append(elapsed)
         by_shape.setdefault(_shape(pod), []).append(elapsed)

@@ -56,21 +56,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     if settings.kube:
-        from kubernetes.config import ConfigException
-
-        from extender import wiring
-        from extender.server import make_app
-
-        try:
-            placement, binder, source = wiring.build_kube_services(settings)
-        except ConfigException as exc:
-            return _fail(f"--kube: cannot load the Kubernetes client configuration: {exc}")
-        app = make_app(settings, placement=placement, binder=binder)
-        _add_dashboard(app, settings, placement)
-        # list+watch, then the leader election, on the app's loop; /readyz waits for the sync
-        app.cleanup_ctx.append(wiring.kube_app_context(placement, source, binder))
-        _run_app(app, settings, ssl_context)
-        return 0
+        return _serve_kube(settings, ssl_context)
 
     from extender.cluster.loading import load_state_paths
     from extender.cluster.state import KINDS, ClusterState
@@ -93,6 +79,25 @@ def _run_serve(args: argparse.Namespace) -> int:
     placement, binder = wiring.build_services(settings, state)
     app = make_app(settings, placement=placement, binder=binder)
     _add_dashboard(app, settings, placement)
+    _run_app(app, settings, ssl_context)
+    return 0
+
+
+def _serve_kube(settings: Settings, ssl_context: ssl.SSLContext | None) -> int:
+    """Serve kube mode: list+watch the API server, bind through it (allocator mode)."""
+    from kubernetes.config import ConfigException
+
+    from extender import wiring
+    from extender.server import make_app
+
+    try:
+        placement, binder, source = wiring.build_kube_services(settings)
+    except ConfigException as exc:
+        return _fail(f"--kube: cannot load the Kubernetes client configuration: {exc}")
+    app = make_app(settings, placement=placement, binder=binder)
+    _add_dashboard(app, settings, placement)
+    # list+watch, then the leader election, on the app's loop; /readyz waits for the sync
+    app.cleanup_ctx.append(wiring.kube_app_context(placement, source, binder))
     _run_app(app, settings, ssl_context)
     return 0
 

@@ -2,7 +2,7 @@
 
 The binder records an allocation here before it writes the claim, so the next filter already
 sees the devices as taken (DESIGN principle 4: never double-allocate). An entry is dropped when
-the watch has reached the write (`kube_binder._write_seen`: not merely "the claim shows some
+the watch has reached the write (`extender.kube.binder._write_seen`: not merely "the claim shows some
 allocation", which may be someone else's, older one), when the bind fails, or when it expires
 (the write never arrived, e.g. the process lost a race it did not observe). Until then its
 devices count as taken even if the claim shows another allocation (`claims.collect_allocated`).

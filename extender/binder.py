@@ -26,6 +26,7 @@ from extender.claims import allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationError
 from extender.placement import PODS_SEEN_SIZE, Placement
+from extender.verdicts import ERROR, OK, BindOutcome
 from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
@@ -44,15 +45,20 @@ class InMemoryBinder:
         self._placement = placement
         self._lock = asyncio.Lock()
 
-    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Bind the pod to `node`. Every failure has the reason "error": this binder has no API
+        server to name a more precise one after (its messages say what went wrong)."""
         call = functools.partial(self._bind_or_explain, namespace=namespace, name=name, uid=uid, node=node)
         # Queued work may be dropped at the deadline, started work never: a bind writes the state.
         deadline = self._placement.filter_timeout_seconds
         async with self._lock:
             try:
-                return await self._placement.worker.run(call, start_timeout=deadline)
+                error: str = await self._placement.worker.run(call, start_timeout=deadline)
             except WorkTimeout as exc:
-                return f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds); the scheduler retries"
+                error = (
+                    f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds); the scheduler retries"
+                )
+        return BindOutcome(error, ERROR if error else OK)
 
     def _bind_or_explain(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         try:

@@ -59,8 +59,10 @@ class AllocationAborted(AllocationError):
 
 
 class KubeAPIError(ExtenderError):
-    """An API server call failed; `status` is the HTTP status (0 for transport errors)."""
+    """An API server call failed; `status` is the HTTP status (0 for transport errors) and
+    `reason` its reason phrase ("" if none)."""
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.reason = reason

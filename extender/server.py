@@ -45,7 +45,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
-from extender import telemetry, wire
+from extender import telemetry, verdicts, wire
 from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
 from extender.settings import Settings
 from extender.telemetry import DURATION_BUCKETS, Metrics
@@ -91,7 +91,7 @@ class _Outcome:
     unresolvable: int = 0  # filter: FailedAndUnresolvableNodes
     scored: int = 0  # prioritize: nodes with a score above 0
     node: str = ""  # bind: the chosen node
-    reason: str = ""  # bind: telemetry.BIND_REASONS; filter: telemetry.FILTER_ERROR_REASONS
+    reason: str = ""  # bind: verdicts.BIND_REASONS; filter: telemetry.FILTER_ERROR_REASONS
     error: str = ""
 
     def set_pod(self, pod: dict[str, Any]) -> None:
@@ -311,25 +311,20 @@ async def handle_bind(request: web.Request) -> web.Response:
     try:
         if not request.app[PLACEMENT_KEY].ready():
             raise IndexNotReady("the device inventory is not loaded or synced yet")
-        binder = request.app[BINDER_KEY]
-        call = {"namespace": args["PodNamespace"], "name": args["PodName"], "uid": args["PodUID"]}
-        with_reason = getattr(binder, "bind_with_reason", None)
-        if with_reason is not None:  # the kube binder names its outcome itself
-            error, reason = await with_reason(**call, node=args["Node"])
-            outcome.reason = reason if reason in telemetry.BIND_REASONS else "error"
-        else:
-            error = await binder.bind(**call, node=args["Node"])
-            outcome.reason = telemetry.bind_reason(error)
+        result = await request.app[BINDER_KEY].bind(
+            namespace=args["PodNamespace"], name=args["PodName"], uid=args["PodUID"], node=args["Node"]
+        )
+        error, outcome.reason = result.error, telemetry.bind_reason(result)
     except IndexNotReady as exc:
-        outcome.reason, error = "not_ready", f"{NOT_READY}: {exc}"
+        outcome.reason, error = verdicts.NOT_READY, f"{NOT_READY}: {exc}"
     except Exception as exc:
         logger.exception("bind pod=%s node=%s: unexpected error", outcome.pod_ref, args["Node"])
         outcome.reason = telemetry.bind_reason(exc)
         error = f"internal error in bind: {type(exc).__name__}: {exc}"
     request.app[METRICS_KEY].bind_outcomes.labels(outcome.reason).inc()
-    outcome.error, outcome.nodes_out = str(error), 0 if error else 1
+    outcome.error, outcome.nodes_out = error, 0 if error else 1
     with _child(telemetry.SPAN_ENCODE):
-        answer = wire.encode_binding_result(str(error))
+        answer = wire.encode_binding_result(error)
     return web.Response(body=answer, content_type="application/json")
 
 

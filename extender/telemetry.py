@@ -33,7 +33,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from extender import __version__
+from extender import __version__, verdicts
+from extender.errors import KubeAPIError
 from extender.settings import Settings
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is configured
@@ -76,22 +77,6 @@ DURATION_BUCKETS: tuple[float, ...] = (
 FILTER_NODE_RESULTS: tuple[str, ...] = ("passed", "failed", "unresolvable")
 FILTER_ERROR_REASONS: tuple[str, ...] = ("not_ready", "timeout", "error")
 PRIORITIZE_NODE_RESULTS: tuple[str, ...] = ("scored", "zero")
-#: The `reason` label of bind outcomes; anything else is counted as "error" (bounded cardinality).
-BIND_REASONS: tuple[str, ...] = (
-    "ok",
-    "error",
-    "not_leader",
-    "conflict",
-    "not_found",
-    "not_ready",
-    "timeout",
-    # the kube-mode binder's own reasons (extender.kube_binder.BIND_REASONS)
-    "claim_gone",
-    "allocated_elsewhere",
-    "no_fit",
-    "api_error",
-    "pod_gone",
-)
 
 
 # ===================================================================== tracing
@@ -301,9 +286,9 @@ class Metrics:
             ),
             bind_outcomes=counter(
                 "dra_extender_bind_outcomes",
-                "Bind calls by outcome reason (" + ", ".join(BIND_REASONS) + ").",
+                "Bind calls by outcome reason (" + ", ".join(verdicts.BIND_REASONS) + ").",
                 "reason",
-                BIND_REASONS,
+                verdicts.BIND_REASONS,
             ),
         )
         if placement is not None:
@@ -311,22 +296,20 @@ class Metrics:
         return metrics
 
 
-def bind_reason(outcome: object) -> str:
-    """The `reason` label for a bind outcome: the binder's error string or exception.
+def bind_reason(outcome: verdicts.BindOutcome | BaseException) -> str:
+    """The `reason` label for a bind: the binder's outcome, or the exception that escaped it.
 
-    "" is "ok". A value with a `reason` attribute naming one of BIND_REASONS (a `str` subclass
-    returned by the binder, or an exception) gives that reason; an API conflict (409) is
-    "conflict", 404 "not_found", a timeout "timeout"; everything else is "error".
+    An outcome gives its own reason when that is one of `verdicts.BIND_REASONS`. An exception is "timeout"
+    (a TimeoutError), "conflict" or "not_found" (a KubeAPIError with status 409 or 404); anything
+    else is "error".
     """
-    if outcome == "":
-        return "ok"
-    reason = getattr(outcome, "reason", None)
-    if isinstance(reason, str) and reason in BIND_REASONS:
-        return reason
+    if isinstance(outcome, verdicts.BindOutcome):
+        return outcome.reason if outcome.reason in verdicts.BIND_REASONS else verdicts.ERROR
     if isinstance(outcome, TimeoutError):
-        return "timeout"
-    status = getattr(outcome, "status", None)
-    return {409: "conflict", 404: "not_found"}.get(status, "error") if isinstance(status, int) else "error"
+        return verdicts.TIMEOUT
+    if isinstance(outcome, KubeAPIError):
+        return {409: verdicts.CONFLICT, 404: verdicts.NODE_GONE}.get(outcome.status, verdicts.ERROR)
+    return verdicts.ERROR
 
 
 class StateCollector(Collector):

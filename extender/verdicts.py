@@ -49,9 +49,51 @@ class PlacementService(Protocol):
         ...
 
 
+# Bind outcome reasons: the `reason` label of the bind metric (one value each, a bounded set).
+OK = "ok"
+ERROR = "error"  # any failure without a more precise reason (file mode's binder, unexpected errors)
+NOT_LEADER = "not_leader"
+CONFLICT = "conflict"  # 409s beyond the retry budget, claim being allocated by a parallel bind
+NODE_GONE = "not_found"  # the node is not in the watched cluster state (or an API 404 escaped)
+NOT_READY = "not_ready"  # the cluster state is not loaded or synced yet
+TIMEOUT = "timeout"  # the choose step could not start in time (the placement worker is busy)
+CLAIM_GONE = "claim_gone"  # claim deleted, being deleted, or (generated claim) not created yet
+ALLOCATED_ELSEWHERE = "allocated_elsewhere"
+NO_FIT = "no_fit"  # the pod's claims cannot be allocated on the node (any more)
+API_ERROR = "api_error"  # any other API or transport failure
+POD_GONE = "pod_gone"  # the pod does not exist, or not with this UID/name
+#: Every bind reason, in the order the metric's help text lists them.
+BIND_REASONS: tuple[str, ...] = (
+    OK,
+    ERROR,
+    NOT_LEADER,
+    CONFLICT,
+    NODE_GONE,
+    NOT_READY,
+    TIMEOUT,
+    CLAIM_GONE,
+    ALLOCATED_ELSEWHERE,
+    NO_FIT,
+    API_ERROR,
+    POD_GONE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BindOutcome:
+    """The outcome of one bind call.
+
+    `error` is what kube-scheduler gets in the binding result: "" means bound. `reason` is one
+    of BIND_REASONS and only labels the metric and the span; it never reaches the scheduler.
+    """
+
+    error: str
+    reason: str
+
+
 class BindService(Protocol):
     """What the HTTP layer needs for /bind."""
 
-    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
-        """Allocate the pod's pending claims on `node` and bind it; '' on success, else the error."""
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Allocate the pod's pending claims on `node` and bind it; the outcome says how it went."""
         ...

@@ -21,9 +21,8 @@ from extender.worker import PlacementWorker
 if TYPE_CHECKING:
     import kubernetes.client
 
-    from extender.cluster.kube import KubeSource
-    from extender.kube_binder import KubeBinder
-    from extender.verdicts import BindService
+    from extender.kube.binder import KubeBinder
+    from extender.kube.watch import KubeSource
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ def build_kube_services(
     settings: Settings,
     *,
     api_client: kubernetes.client.ApiClient | None = None,
-) -> tuple[Placement, BindService, KubeSource]:
+) -> tuple[Placement, KubeBinder, KubeSource]:
     """Placement, binder and watch source for kube mode, over an initially empty ClusterState.
 
     The watch applies its events on the placement's worker thread, the thread that runs every
@@ -83,12 +82,12 @@ def build_kube_services(
     Raises:
         kubernetes.config.ConfigException: no usable client configuration.
     """
-    from extender.cluster import kube
-    from extender.kube_binder import KubeBinder
-    from extender.leader import LeaderElector
+    from extender.kube import watch
+    from extender.kube.binder import KubeBinder
+    from extender.kube.lease import LeaderElector
 
     state = ClusterState()
-    api_client = api_client or kube.load_api_client(settings)
+    api_client = api_client or watch.load_api_client(settings)
     placement = Placement(
         state,
         features=settings.features,
@@ -103,7 +102,7 @@ def build_kube_services(
     # The source schedules its state writes with `loop.call_soon_threadsafe` (and checks
     # `is_closed`); the worker offers both, so the writes run on the worker thread.
     worker: Any = placement.worker
-    source = kube.KubeSource(state, settings, api_client=api_client, loop=worker)
+    source = watch.KubeSource(state, settings, api_client=api_client, loop=worker)
     placement.source_stats = source.stats  # type: ignore[attr-defined]  # read by telemetry
     selecting.set_result_cache_size(settings.cel_result_cache_size)
     prepare_kernels(settings)
@@ -130,7 +129,7 @@ def kube_app_context(
     Once the cache has synced for the first time, the device index is built and the heap frozen
     (as file mode does at start-up), so the first filter does not pay for either.
     """
-    from extender.leader import LeaderElector
+    from extender.kube.lease import LeaderElector
 
     async def warm_after_sync() -> None:
         while not source.synced():

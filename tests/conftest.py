@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.server import make_app
 from extender.settings import Settings
-from extender.verdicts import FilterVerdict, HostScore
+from extender.verdicts import OK, BindOutcome, FilterVerdict, HostScore
 from tests.fakeapi.server import FakeApiServer
 
 
@@ -45,18 +45,18 @@ class FakePlacement:
 
 
 class FakeBinder:
-    """A BindService that records calls and returns the configured error string."""
+    """A BindService that records calls and returns the configured outcome."""
 
     def __init__(self) -> None:
-        self.error = ""
+        self.outcome = BindOutcome("", OK)
         self.raises: Exception | None = None
         self.calls: list[dict[str, str]] = []
 
-    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         self.calls.append({"namespace": namespace, "name": name, "uid": uid, "node": node})
         if self.raises is not None:
             raise self.raises
-        return self.error
+        return self.outcome
 
 
 @pytest.fixture

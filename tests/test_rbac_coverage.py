@@ -4,13 +4,13 @@ The real code paths that talk to the API server run against the fake API server
 (tests/fakeapi), which logs every request as `(verb, api group, resource, subresource,
 namespace)`, the vocabulary RBAC authorizes:
 
-- the watch source (`extender.cluster.kube.KubeSource`, built by `wiring.build_kube_services`)
+- the watch source (`extender.kube.watch.KubeSource`, built by `wiring.build_kube_services`)
   lists and watches every kind until synced;
-- the allocator-mode binder (`extender.kube_binder.KubeBinder`) binds a pod with a pending claim
+- the allocator-mode binder (`extender.kube.binder.KubeBinder`) binds a pod with a pending claim
   (claim update, status update, Binding), binds the same way through a 409 Conflict on the claim
   (which makes it re-read the claim), and binds a pod without claims that the watch does not
   keep (which makes it read the pod);
-- the leader elector (`extender.leader.LeaderElector`) creates, renews and releases its Lease.
+- the leader elector (`extender.kube.lease.LeaderElector`) creates, renews and releases its Lease.
 
 Settings (Lease name and namespace) come from deploy/deployment.yaml's own args and env, so the
 Lease calls land in the namespace the Role covers. The test then checks both directions: every
@@ -32,9 +32,10 @@ import yaml
 
 from extender import wiring
 from extender.__main__ import build_parser
-from extender.kube_binder import OK, KubeBinder
-from extender.leader import LeaderElector
+from extender.kube.binder import KubeBinder
+from extender.kube.lease import LeaderElector
 from extender.settings import Settings, load_settings
+from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo, RequestLogEntry
 from tests.kube_bind.cluster import NAMESPACE, claim, device_class, gpu_slice, node, pod, until
 
@@ -200,7 +201,8 @@ async def _exercise_everything(api: FakeApiServer) -> list[RequestLogEntry]:
 
         async def bind(name: str) -> tuple[str, str]:
             uid = api.get_object("Pod", name, NAMESPACE)["metadata"]["uid"]  # type: ignore[index]
-            return await binder.bind_with_reason(namespace=NAMESPACE, name=name, uid=uid, node="gpu-node-1")
+            outcome = await binder.bind(namespace=NAMESPACE, name=name, uid=uid, node="gpu-node-1")
+            return outcome.error, outcome.reason
 
         assert await bind("train") == ("", OK)
         api.on_request = _conflict_once(api, "eval-gpus")

@@ -1,1 +1,2 @@
-"""Sources of Kubernetes objects (state files, the embedded sample, the API watch) and ClusterState."""
+"""Sources of Kubernetes objects (state files, the embedded sample) and ClusterState; the API watch
+that also feeds it lives in `extender.kube.watch`."""

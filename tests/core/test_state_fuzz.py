@@ -32,10 +32,10 @@ from hypothesis import strategies as st
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
-from extender.cluster import kube
 from extender.cluster.loading import load_state_paths
 from extender.cluster.state import ClusterState
 from extender.errors import StateLoadError
+from extender.kube import watch as kube
 from extender.placement import Placement
 from extender.server import make_app
 from extender.settings import Settings

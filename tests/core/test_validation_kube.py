@@ -19,9 +19,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from extender import wiring
-from extender.cluster import kube
 from extender.cluster.sample import sample_objects
 from extender.explaining import load_pods
+from extender.kube import watch as kube
 from extender.server import make_app
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer
@@ -143,7 +143,7 @@ async def test_refusal_is_logged_once_not_on_every_relist(started, caplog):
     placement, _, source, api = started
     relists = source.stats()["relists"]["ResourceSlice"]
     watch_entry = ("watch", "resource.k8s.io", "resourceslices", "", "")
-    with caplog.at_level(logging.WARNING, logger="extender.cluster.kube"):
+    with caplog.at_level(logging.WARNING, logger="extender.kube.watch"):
         # Make the slice watch fall behind a compaction: its next watch gets 410 and relists.
         watches = api.request_log().count(watch_entry)
         api.stall_watches("ResourceSlice")

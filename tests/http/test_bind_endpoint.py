@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import orjson
 
+from extender.verdicts import ERROR, BindOutcome
+
 ARGS = {"PodName": "trainer-0", "PodNamespace": "ml", "PodUID": "5f0c1c2e", "Node": "gpu-node-02"}
 
 
@@ -26,11 +28,11 @@ async def test_success_is_an_empty_error(app_client):
 
 async def test_binder_error_is_returned_with_status_200(app_client, binder):
     """A failed bind answers 200 with the binder's error string."""
-    binder.error = "claim ml/trainer-0-gpu: device gpu-3 was allocated concurrently"
+    binder.outcome = BindOutcome("claim ml/trainer-0-gpu: device gpu-3 was allocated concurrently", ERROR)
     client = await app_client()
     resp = await client.post("/bind", data=orjson.dumps(ARGS))
     assert resp.status == 200
-    assert await resp.json() == {"Error": binder.error}
+    assert await resp.json() == {"Error": binder.outcome.error}
 
 
 async def test_binder_exception_becomes_error_and_server_keeps_serving(app_client, binder):

@@ -1,4 +1,4 @@
-"""The kube watch source (extender.cluster.kube) against the fake API server, end to end.
+"""The kube watch source (extender.kube.watch) against the fake API server, end to end.
 
 Scope: initial sync and readiness (placement and /readyz), live events reaching /filter, the
 client-side pod filter, relist after 410 and after a stalled stream, backoff and recovery after
@@ -19,10 +19,10 @@ import orjson
 import pytest
 
 from extender import wiring
-from extender.cluster import kube
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.explaining import load_pods
+from extender.kube import watch as kube
 from extender.server import make_app
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer, RequestInfo

@@ -17,9 +17,9 @@ from typing import Any
 
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
-from extender.cluster.kube import KubeSource
 from extender.cluster.state import ClusterState
-from extender.kube_binder import KubeBinder, LeaderView
+from extender.kube.binder import KubeBinder, LeaderView
+from extender.kube.watch import KubeSource
 from extender.placement import Placement
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer
@@ -193,7 +193,8 @@ class Harness:
 
     async def bind(self, pod_name: str, node_name: str, *, namespace: str = NAMESPACE) -> tuple[str, str]:
         uid = self.pod(pod_name, namespace)["metadata"]["uid"]
-        return await self.binder.bind_with_reason(namespace=namespace, name=pod_name, uid=uid, node=node_name)
+        outcome = await self.binder.bind(namespace=namespace, name=pod_name, uid=uid, node=node_name)
+        return outcome.error, outcome.reason
 
 
 def reserved_uids(claim_obj: Obj) -> list[str]:

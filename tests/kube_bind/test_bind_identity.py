@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from extender.kube_binder import NODE_GONE, OK, POD_GONE, TIMEOUT
+from extender.verdicts import NODE_GONE, OK, POD_GONE, TIMEOUT
 from tests.fakeapi.server import FakeApiServer
 from tests.kube_bind.cluster import NAMESPACE, Harness, writes
 from tests.kube_bind.test_kube_binder import seed, untouched
@@ -29,9 +29,8 @@ async def test_a_uid_seen_in_filter_under_another_name_is_refused_naming_both(fa
         seen = {"metadata": {"name": "web-a", "namespace": NAMESPACE, "uid": "uid-shared"}, "spec": {}}
         verdict = await h.placement.worker.run(h.placement.filter, seen, ["n1"])
         assert verdict.passed == ["n1"]
-        error, reason = await h.binder.bind_with_reason(
-            namespace="other", name="web-b", uid="uid-shared", node="n1"
-        )
+        outcome = await h.binder.bind(namespace="other", name="web-b", uid="uid-shared", node="n1")
+        error, reason = outcome.error, outcome.reason
         assert reason == POD_GONE
         assert f"{NAMESPACE}/web-a" in error and "other/web-b" in error
         assert writes(fake_api) == []

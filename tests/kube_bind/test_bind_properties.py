@@ -20,7 +20,7 @@ deterministic function of its seed: a failure prints the scenario and seed that 
 
 `test_interleavings_over_http` runs 40 further seeded scenarios end to end: the fake HTTP
 server, the real `kubernetes` client on the binder's thread pool, and the real watch
-(`extender.cluster.kube.KubeSource`), with foreign writes injected from the server's request
+(`extender.kube.watch.KubeSource`), with foreign writes injected from the server's request
 hook. Thread timing makes those runs non-deterministic; they check the same invariants.
 
 External events in both: claims allocated by "someone else" (on a node the extender never
@@ -59,8 +59,10 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
-from extender.kube_binder import OK, KubeBinder
+from extender.kube import api as kube_api
+from extender.kube.binder import KubeBinder
 from extender.placement import Placement
+from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.fakeapi.store import BY_KIND, ApiError, Store
 from tests.kube_bind.cluster import (
@@ -369,7 +371,7 @@ class SteppedBinder(KubeBinder):
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         await self._chaos.step()  # request in flight
-        result = fn(*args, **kwargs)
+        result = kube_api.call(fn, *args, **kwargs)
         await self._chaos.step()  # applied on the server, answer in flight
         return result
 
@@ -436,9 +438,8 @@ async def run_in_memory(scenario: Scenario, seed: int) -> None:
         if op.kind == "bind":
             name = f"p{op.target}"
             uid = store.get(PODS, NAMESPACE, name)["metadata"]["uid"]
-            error, reason = await binder.bind_with_reason(
-                namespace=NAMESPACE, name=name, uid=uid, node=nodes[op.node]
-            )
+            bound = await binder.bind(namespace=NAMESPACE, name=name, uid=uid, node=nodes[op.node])
+            error, reason = bound.error, bound.reason
             outcome.results.setdefault(name, []).append((nodes[op.node], error, reason))
         elif op.kind == "filter":
             seen = state.get("Pod", f"p{op.target}", NAMESPACE)

@@ -28,7 +28,7 @@ The same mistake in the binder's prune of written claims (found while tracing th
 *any* allocation. If someone else's allocation and release of the claim came before our write,
 the lagging watch shows their allocation first: our entry went, our devices looked free until
 our write showed, and the next bind took them. The entry now goes when the watch reaches our
-write's resourceVersion, or the claim is gone (`kube_binder._write_seen`, step by step there).
+write's resourceVersion, or the claim is gone (`extender.kube.binder._write_seen`, step by step there).
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ from extender.allocator.model import DeviceID
 from extender.assumed import AssumeCache
 from extender.claims import collect_allocated, same_devices
 from extender.cluster.state import ClusterState
-from extender.kube_binder import NO_FIT, OK, KubeBinder, _write_seen
+from extender.kube import api as kube_api
+from extender.kube.binder import KubeBinder, _write_seen
 from extender.placement import Placement
+from extender.verdicts import NO_FIT, OK
 from tests.fakeapi.store import Store
 from tests.kube_bind.cluster import NAMESPACE, allocation
 from tests.kube_bind.test_bind_properties import (
@@ -111,7 +113,7 @@ class GatedBinder(KubeBinder):
             self.gate = None
             gate.reached.set()
             await gate.release.wait()
-        return fn(*args, **kwargs)
+        return kube_api.call(fn, *args, **kwargs)
 
 
 async def _allocated_elsewhere_then_released() -> tuple[Store, dict[str, tuple[str, str]], list[str]]:
@@ -139,7 +141,8 @@ async def _allocated_elsewhere_then_released() -> tuple[Store, dict[str, tuple[s
 
     async def bind(pod_name: str) -> tuple[str, str]:
         uid = get("Pod", pod_name)["metadata"]["uid"]
-        return await binder.bind_with_reason(namespace=NAMESPACE, name=pod_name, uid=uid, node="n0")
+        outcome = await binder.bind(namespace=NAMESPACE, name=pod_name, uid=uid, node="n0")
+        return outcome.error, outcome.reason
 
     # 1. p0's bind assumes c0 -> n0/gpu-0, writes the finalizer and stops before its status write.
     gate = binder.gate = Gate("replace_namespaced_resource_claim_status")
@@ -199,7 +202,8 @@ async def _our_write_behind_a_foreign_allocation() -> tuple[Store, dict[str, tup
 
     async def bind(pod_name: str) -> tuple[str, str]:
         uid = store.get(PODS, NAMESPACE, pod_name)["metadata"]["uid"]
-        return await binder.bind_with_reason(namespace=NAMESPACE, name=pod_name, uid=uid, node="n0")
+        outcome = await binder.bind(namespace=NAMESPACE, name=pod_name, uid=uid, node="n0")
+        return outcome.error, outcome.reason
 
     foreign = allocate_elsewhere(get_claim("c0"), 0)
     assert foreign is not None

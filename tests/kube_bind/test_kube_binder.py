@@ -4,7 +4,7 @@ Scope: what bind writes in allocator mode (finalizer, status.allocation, status.
 then the Binding) and in the default profile (only the Binding); 409 retries; claims
 allocated elsewhere or deleted mid-bind; undo after partial writes; concurrent binds on the
 last free device; leadership; template-generated claims. The cluster state is fed by
-`extender.cluster.kube.KubeSource` watching the fake server, as in production.
+`extender.kube.watch.KubeSource` watching the fake server, as in production.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from extender.binder import DELETE_PROTECTION_FINALIZER
-from extender.kube_binder import (
+from extender.verdicts import (
     ALLOCATED_ELSEWHERE,
     API_ERROR,
     CLAIM_GONE,
@@ -335,9 +335,8 @@ async def test_pod_uid_mismatch_is_refused(fake_api: FakeApiServer):
     seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
     async with Harness(fake_api) as h:
         fake_api.clear_request_log()
-        error, reason = await h.binder.bind_with_reason(
-            namespace=NAMESPACE, name="p1", uid="stale-uid", node="n1"
-        )
+        outcome = await h.binder.bind(namespace=NAMESPACE, name="p1", uid="stale-uid", node="n1")
+        error, reason = outcome.error, outcome.reason
         assert reason == POD_GONE, error
         assert writes(fake_api) == []
 
@@ -398,7 +397,8 @@ async def test_non_leader_refuses_without_touching_anything(fake_api: FakeApiSer
     async with Harness(fake_api, elector=_Follower()) as h:
         uid = h.pod("p1")["metadata"]["uid"]
         fake_api.clear_request_log()
-        error, reason = await h.binder.bind_with_reason(namespace=NAMESPACE, name="p1", uid=uid, node="n1")
+        outcome = await h.binder.bind(namespace=NAMESPACE, name="p1", uid=uid, node="n1")
+        error, reason = outcome.error, outcome.reason
         assert reason == NOT_LEADER
         assert (
             "not the leader" in error

@@ -16,10 +16,11 @@ import orjson
 import pytest
 
 from extender import wiring
-from extender.kube_binder import NOT_LEADER, OK, KubeBinder
-from extender.leader import LeaderElector, micro_time, parse_time
+from extender.kube.binder import KubeBinder
+from extender.kube.lease import LeaderElector, micro_time, parse_time
 from extender.server import make_app
 from extender.settings import Settings
+from extender.verdicts import NOT_LEADER, OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.kube_bind.cluster import Harness, claim, device_class, gpu_slice, node, pod, until
 

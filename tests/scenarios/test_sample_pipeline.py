@@ -84,7 +84,8 @@ def _replica(state: ClusterState, name: str, number: int) -> dict[str, Any]:
 
 async def _bind(binder: InMemoryBinder, pod: dict[str, Any], node: str) -> str:
     meta = pod["metadata"]
-    return await binder.bind(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"], node=node)
+    outcome = await binder.bind(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"], node=node)
+    return outcome.error
 
 
 async def test_bind_records_allocation_and_blocks_the_devices() -> None:
@@ -122,9 +123,9 @@ async def test_bind_is_idempotent_and_rejects_other_node() -> None:
     meta = pod["metadata"]
     placement.filter(pod, ["fpga-node-01"])
     kwargs = {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}
-    assert await binder.bind(**kwargs, node="fpga-node-01") == ""
-    assert await binder.bind(**kwargs, node="fpga-node-01") == ""
-    assert "already bound" in await binder.bind(**kwargs, node="h100-node-01")
+    assert (await binder.bind(**kwargs, node="fpga-node-01")).error == ""
+    assert (await binder.bind(**kwargs, node="fpga-node-01")).error == ""
+    assert "already bound" in (await binder.bind(**kwargs, node="h100-node-01")).error
 
 
 async def test_concurrent_binds_never_share_the_last_device() -> None:

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender import telemetry
 from extender.errors import KubeAPIError
 from extender.server import make_app
 from extender.settings import Settings
+from extender.verdicts import BIND_REASONS, BindOutcome
 
 from .conftest import BIND_BODY, FILTER_BODY, NODES, PRIORITIZE_BODY
 
@@ -154,24 +154,13 @@ async def test_a_failing_state_read_does_not_fail_the_scrape(aiohttp_client, bin
     assert _value(families, "dra_extender_ready") == 0
 
 
-class _Refused(str):
-    """A binder error carrying a reason label, as a kube binder can return."""
-
-    reason: str
-
-    def __new__(cls, text: str, reason: str) -> _Refused:
-        made = super().__new__(cls, text)
-        made.reason = reason
-        return made
-
-
 @pytest.mark.parametrize(
     ("outcome", "reason"),
     [
-        ("", "ok"),
-        (_Refused("not the leader", "not_leader"), "not_leader"),
-        (_Refused("odd", "made_up_reason"), "error"),
-        ("claim was allocated concurrently", "error"),
+        (BindOutcome("", "ok"), "ok"),
+        (BindOutcome("not the leader", "not_leader"), "not_leader"),
+        (BindOutcome("odd", "made_up_reason"), "error"),
+        (BindOutcome("claim was allocated concurrently", ""), "error"),
         (KubeAPIError("conflict", status=409), "conflict"),
         (KubeAPIError("gone", status=404), "not_found"),
         (TimeoutError(), "timeout"),
@@ -184,11 +173,11 @@ async def test_bind_outcomes_are_counted_by_a_bounded_reason(app_client, binder,
     if isinstance(outcome, BaseException):
         binder.raises = outcome
     else:
-        binder.error = outcome
+        binder.outcome = outcome
     client = await app_client()
     await client.post("/bind", data=BIND_BODY)
     assert registry.get_sample_value("dra_extender_bind_outcomes_total", {"reason": reason}) == 1
-    assert reason in telemetry.BIND_REASONS
+    assert reason in BIND_REASONS
 
 
 async def test_filter_errors_are_counted_by_reason(app_client, placement, registry):

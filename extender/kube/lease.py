@@ -22,8 +22,8 @@ Unlike client-go, the expiry check uses the Lease's `renewTime` against our own 
 need roughly synchronised clocks (NTP), with `lease_duration - renew_deadline` as the margin.
 
 Lifecycle: `run()` is one long task (started by `wiring`); `stop()` ends it. The kubernetes
-client is synchronous, so every API call runs on a dedicated one-thread executor: renewals
-never queue behind bind writes in the loop's default executor, and the loop never blocks.
+client is synchronous, so every API call runs on a dedicated one-thread pool (`api.CallPool`):
+renewals never queue behind bind writes, and the loop never blocks.
 State (`_leading`, `_last_renew`, `_holder`) is written only by the `run()` task on the event
 loop and read by `is_leader()`/`holder()` on the same loop.
 """
@@ -40,13 +40,13 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+
+from extender.errors import KubeAPIError
+from extender.kube import api
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class LeaderElector:
         self._clock = clock
         self._rng = rng or random.Random()
         # One thread: Lease calls are sequential anyway, and must not wait behind bind writes.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leader-election")
+        self._pool = api.CallPool(name="leader-election", max_workers=1)
         self._leading = False
         self._last_renew = float("-inf")
         self._holder = ""
@@ -194,7 +194,7 @@ class LeaderElector:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a failed round is retried; the deadline decides leadership
-                log.warning("leader election: Lease %s: %s: %s", self.lease_ref, type(exc).__name__, exc)
+                log.warning("leader election: Lease %s: %s", self.lease_ref, api.describe(exc))
             now_leader = self.is_leader()
             if now_leader != was_leader:
                 if now_leader:
@@ -228,17 +228,17 @@ class LeaderElector:
         self._stopped.set()
         try:
             if release and self._leading:
-                await self._call(self._release_blocking)
+                await self._pool.run(self._release_blocking)
         except Exception as exc:
             log.warning("leader election: releasing Lease %s failed: %s", self.lease_ref, exc)
         finally:
             self._leading = False
             # Not cancelling queued calls: run() may be awaiting one and must see it finish.
-            self._executor.shutdown(wait=False)
+            self._pool.close()
 
     async def try_acquire_or_renew(self) -> bool:
         """One election round: read the Lease, take or renew it if allowed; True if we lead."""
-        result = await self._call(self._round_blocking)
+        result = await self._pool.run(self._round_blocking)
         if self._stopped.is_set():  # stop() ran meanwhile: its release wins over this renewal
             self._leading = False
             return False
@@ -257,21 +257,22 @@ class LeaderElector:
         # The field is whole seconds: round up, never promise others a shorter lease than ours.
         return max(1, math.ceil(self.lease_duration))
 
-    async def _call(self, fn: Callable[[], Any]) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-
     def _round_blocking(self) -> _Round:
         now = self._clock()
         timeout = self.renew_deadline
         try:
-            raw = self._api.read_namespaced_lease(
-                self.name, self.namespace, _preload_content=False, _request_timeout=timeout
+            raw = api.call(
+                self._api.read_namespaced_lease,
+                self.name,
+                self.namespace,
+                _preload_content=False,
+                _request_timeout=timeout,
             )
-        except ApiException as exc:
+        except KubeAPIError as exc:
             if exc.status != 404:
                 raise
             return self._create_blocking(now)
-        record = LeaseRecord.from_object(orjson.loads(raw.data))
+        record = LeaseRecord.from_object(api.read_json(raw))
         if record.holder and record.holder != self.identity and not record.expired(now):
             return _Round(holder=record.holder, renewed_at=None)
         ours = record.holder == self.identity
@@ -289,10 +290,15 @@ class LeaderElector:
             spec=spec,
         )
         try:
-            self._api.replace_namespaced_lease(
-                self.name, self.namespace, body, _preload_content=False, _request_timeout=timeout
+            api.call(
+                self._api.replace_namespaced_lease,
+                self.name,
+                self.namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=timeout,
             )
-        except ApiException as exc:
+        except KubeAPIError as exc:
             if exc.status != 409:
                 raise
             log.info("leader election: Lease %s changed under us (409), re-reading", self.lease_ref)
@@ -321,10 +327,14 @@ class LeaderElector:
             ),
         )
         try:
-            self._api.create_namespaced_lease(
-                self.namespace, body, _preload_content=False, _request_timeout=self.renew_deadline
+            api.call(
+                self._api.create_namespaced_lease,
+                self.namespace,
+                body,
+                _preload_content=False,
+                _request_timeout=self.renew_deadline,
             )
-        except ApiException as exc:
+        except KubeAPIError as exc:
             if exc.status == 409:  # another candidate created it first
                 return _Round(holder="", renewed_at=None)
             raise
@@ -332,10 +342,14 @@ class LeaderElector:
         return _Round(holder=self.identity, renewed_at=now)
 
     def _release_blocking(self) -> None:
-        raw = self._api.read_namespaced_lease(
-            self.name, self.namespace, _preload_content=False, _request_timeout=self.retry_period
+        raw = api.call(
+            self._api.read_namespaced_lease,
+            self.name,
+            self.namespace,
+            _preload_content=False,
+            _request_timeout=self.retry_period,
         )
-        record = LeaseRecord.from_object(orjson.loads(raw.data))
+        record = LeaseRecord.from_object(api.read_json(raw))
         if record.holder != self.identity:
             return  # someone else took it already: nothing of ours to release
         now = self._clock()
@@ -351,8 +365,13 @@ class LeaderElector:
                 lease_transitions=record.transitions,
             ),
         )
-        self._api.replace_namespaced_lease(
-            self.name, self.namespace, body, _preload_content=False, _request_timeout=self.retry_period
+        api.call(
+            self._api.replace_namespaced_lease,
+            self.name,
+            self.namespace,
+            body,
+            _preload_content=False,
+            _request_timeout=self.retry_period,
         )
         log.info("leader election: %s released Lease %s", self.identity, self.lease_ref)
 

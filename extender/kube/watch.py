@@ -38,17 +38,18 @@ import logging
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import urllib3
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from extender.cluster.state import CLUSTER_SCOPED, ClusterState
+from extender.errors import KubeAPIError
+from extender.kube import api
 from extender.settings import Settings
 from extender.validation import InvalidObject, validate
 
@@ -68,6 +69,11 @@ WATCH_SERVER_TIMEOUT: tuple[int, int] = (300, 600)
 OPTIONAL_RETRY_SECONDS = 300.0
 
 GONE, STALLED, ENDED = "gone", "stalled", "ended"
+
+# The client's config loaders and watch line reader carry no annotations: typed once, here.
+_load_kube_config: Callable[..., None] = config.load_kube_config
+_load_incluster_config: Callable[..., None] = config.load_incluster_config
+_iter_resp_lines: Callable[[Any], Iterator[str]] = iter_resp_lines
 
 
 def _has_claims(obj: Obj) -> bool:
@@ -136,14 +142,14 @@ def load_api_client(settings: Settings) -> client.ApiClient:
     """
     configuration = client.Configuration()
     if settings.kubeconfig is not None:
-        config.load_kube_config(config_file=str(settings.kubeconfig), client_configuration=configuration)
+        _load_kube_config(config_file=str(settings.kubeconfig), client_configuration=configuration)
     else:
         try:
             # In a pod (service account token mounted, KUBERNETES_SERVICE_HOST set) this succeeds.
-            config.load_incluster_config(client_configuration=configuration)
+            _load_incluster_config(client_configuration=configuration)
         except config.ConfigException as in_cluster:
             try:
-                config.load_kube_config(client_configuration=configuration)
+                _load_kube_config(client_configuration=configuration)
             except config.ConfigException as exc:
                 # Name both attempts: in a pod the in-cluster failure is the one that matters.
                 raise config.ConfigException(f"not in a cluster ({in_cluster}) and {exc}") from exc
@@ -160,7 +166,7 @@ class _Backoff:
         self._attempt = 0
 
     def next(self) -> float:
-        ceiling = min(self._cap, self._base * 2**self._attempt)
+        ceiling = min(self._cap, self._base * 2.0**self._attempt)
         self._attempt = min(self._attempt + 1, 32)
         return ceiling / 2 + self._rng.random() * ceiling / 2
 
@@ -419,9 +425,9 @@ class KubeSource:
                     break
                 delay = backoff.next()
                 self._mark_behind(watch)
-                if isinstance(exc, ApiException) and exc.status == 404:
+                if isinstance(exc, KubeAPIError) and exc.status == 404:
                     watch.rv = None  # the API went away: list again, which finds a served version
-                log.warning("%s: %s; retrying in %.1f s", watch.spec.kind, _describe(exc), delay)
+                log.warning("%s: %s; retrying in %.1f s", watch.spec.kind, api.describe(exc), delay)
                 self._stopping.wait(delay)
             finally:
                 watch.response = None
@@ -435,7 +441,7 @@ class KubeSource:
             started = self._clock()
             try:
                 outcome, lines = self._watch_once(watch)
-            except ApiException as exc:
+            except KubeAPIError as exc:
                 if exc.status != 410:
                     raise
                 outcome, lines = GONE, 0  # refused up front rather than as an ERROR event
@@ -468,7 +474,7 @@ class KubeSource:
             fn = factory(self._api_client)
             try:
                 items, rv = self._list_pages(fn)
-            except ApiException as exc:
+            except KubeAPIError as exc:
                 if exc.status == 404 and (watch.spec.optional or len(watch.spec.versions) > 1):
                     continue  # try the next version
                 raise
@@ -520,9 +526,9 @@ class KubeSource:
             kwargs: dict[str, Any] = {"limit": LIST_PAGE_SIZE, "_preload_content": False}
             if token:
                 kwargs["_continue"] = token
-            response = fn(_request_timeout=LIST_TIMEOUT, **kwargs)
+            response = api.call(fn, _request_timeout=LIST_TIMEOUT, **kwargs)
             try:
-                page = orjson.loads(response.data)
+                page = api.read_json(response)
             finally:
                 response.release_conn()
             items.extend(page.get("items") or [])
@@ -539,7 +545,8 @@ class KubeSource:
         if watch.watched:
             watch.watch_restarts += 1  # every new stream after the first, whatever ended the last one
         watch.watched = True
-        response = watch.list_fn(
+        response = api.call(
+            watch.list_fn,
             watch=True,
             resource_version=watch.rv,
             allow_watch_bookmarks=True,
@@ -554,7 +561,7 @@ class KubeSource:
             watch.behind_since = None if watch.listed else watch.behind_since  # connected: caught up
         lines = 0
         try:
-            for line in iter_resp_lines(response):
+            for line in _iter_resp_lines(response):
                 if not line:
                     continue
                 lines += 1
@@ -591,12 +598,6 @@ class KubeSource:
             self._submit(op)
         watch.rv = rv or watch.rv
         return None
-
-
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason or ''}".strip()
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _shutdown(response: Any) -> None:

@@ -53,14 +53,10 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-import orjson
-import urllib3
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from extender import telemetry
 from extender.binder import DELETE_PROTECTION_FINALIZER
@@ -72,7 +68,22 @@ from extender.claims import (
     same_devices,
 )
 from extender.cluster.state import ClusterState
+from extender.errors import KubeAPIError
+from extender.kube import api
 from extender.placement import PASSED, Placement
+from extender.verdicts import (
+    ALLOCATED_ELSEWHERE,
+    API_ERROR,
+    CLAIM_GONE,
+    CONFLICT,
+    NO_FIT,
+    NODE_GONE,
+    NOT_LEADER,
+    OK,
+    POD_GONE,
+    TIMEOUT,
+    BindOutcome,
+)
 from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
@@ -80,36 +91,10 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 T = TypeVar("T")
 
-# Outcome reasons, for metrics (one label value each).
-OK = "ok"
-NOT_LEADER = "not_leader"
-CONFLICT = "conflict"  # 409s beyond the retry budget, claim being allocated by a parallel bind
-CLAIM_GONE = "claim_gone"  # claim deleted, being deleted, or (generated claim) not created yet
-ALLOCATED_ELSEWHERE = "allocated_elsewhere"
-NO_FIT = "no_fit"  # the pod's claims cannot be allocated on the node (any more)
-POD_GONE = "pod_gone"  # the pod does not exist, or not with this UID/name
-NODE_GONE = "not_found"  # the node is not in the watched cluster state
-API_ERROR = "api_error"  # any other API or transport failure
-TIMEOUT = "timeout"  # the choose step could not start in time (the placement worker is busy)
-BIND_REASONS: tuple[str, ...] = (
-    OK,
-    NOT_LEADER,
-    CONFLICT,
-    CLAIM_GONE,
-    ALLOCATED_ELSEWHERE,
-    NO_FIT,
-    POD_GONE,
-    NODE_GONE,
-    API_ERROR,
-    TIMEOUT,
-)
-
 #: Writes of one claim are retried after a 409 this many times in all (re-reading in between).
 MAX_WRITE_ATTEMPTS = 5
 #: Seconds before one API call is abandoned (connect, read).
 REQUEST_TIMEOUT_SECONDS = 10.0
-
-_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
 class LeaderView(Protocol):
@@ -126,7 +111,7 @@ class LeaderView(Protocol):
 
 
 class BindFailure(Exception):
-    """A bind that must be answered with an error; `reason` is one of BIND_REASONS."""
+    """A bind that must be answered with an error; `reason` is one of `verdicts.BIND_REASONS`."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
@@ -174,7 +159,7 @@ class KubeBinder:
         self._elector = elector
         self._max_attempts = max_attempts
         self._timeout = request_timeout
-        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kube-bind")
+        self._pool = api.CallPool(name="kube-bind", max_workers=max_workers)
         # Guards choose-devices-and-assume only (see the module docstring); never held across I/O.
         self._choose_lock = asyncio.Lock()
         # claim uid -> (namespace, name, resourceVersion of our write) of claims we wrote whose
@@ -191,20 +176,16 @@ class KubeBinder:
     def close(self) -> None:
         """Stop accepting API calls; calls already queued still run, so binds in flight finish
         their current request (new requests, e.g. an undo, then fail and are logged)."""
-        self._executor.shutdown(wait=False)
+        self._pool.close()
 
     # ------------------------------------------------------------------ BindService
-    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
-        """Bind the pod to `node`; '' on success, else the error for kube-scheduler."""
-        error, _ = await self.bind_with_reason(namespace=namespace, name=name, uid=uid, node=node)
-        return error
-
-    async def bind_with_reason(self, *, namespace: str, name: str, uid: str, node: str) -> tuple[str, str]:
-        """Like `bind`, plus the outcome reason (one of BIND_REASONS) for metrics."""
+    async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """Bind the pod to `node`; the outcome's error is '' on success, else the answer for
+        kube-scheduler, and its reason says which of `verdicts.BIND_REASONS` it was."""
         try:
             self._check_leader()
         except BindFailure as exc:
-            return str(exc), exc.reason
+            return BindOutcome(str(exc), exc.reason)
         task = asyncio.ensure_future(self._bind(namespace=namespace, name=name, uid=uid, node=node))
         try:
             # Shielded: a cancelled handler must not interrupt writes or their undo.
@@ -214,11 +195,11 @@ class KubeBinder:
             raise
         except BindFailure as exc:
             log.info("bind pod=%s/%s node=%s failed (%s): %s", namespace, name, node, exc.reason, exc)
-            return str(exc), exc.reason
-        except _API_ERRORS as exc:
-            log.warning("bind pod=%s/%s node=%s: API error: %s", namespace, name, node, _describe(exc))
-            return f"pod {namespace}/{name}: API error: {_describe(exc)}", API_ERROR
-        return "", OK
+            return BindOutcome(str(exc), exc.reason)
+        except KubeAPIError as exc:
+            log.warning("bind pod=%s/%s node=%s: API error: %s", namespace, name, node, api.describe(exc))
+            return BindOutcome(f"pod {namespace}/{name}: API error: {api.describe(exc)}", API_ERROR)
+        return BindOutcome("", OK)
 
     def _check_leader(self) -> None:
         """Refuse unless leading. Checked before every write, not only at the start: a bind
@@ -465,14 +446,14 @@ class KubeBinder:
         except BindFailure:
             return  # the claim is gone: nothing left to undo
         except Exception as exc:  # an undo must never mask the failure being answered
-            log.error("bind undo: claim %s: %s; it may keep this bind's writes", write.ref, _describe(exc))
+            log.error("bind undo: claim %s: %s; it may keep this bind's writes", write.ref, api.describe(exc))
             return
         log.error("bind undo: claim %s kept changing; it may keep this bind's writes", write.ref)
 
     # ------------------------------------------------------------------ API calls
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        call = functools.partial(fn, *args, _request_timeout=self._timeout, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        """One client call on this binder's pool (the transport seam tests replace)."""
+        return await self._pool.call(fn, *args, _request_timeout=self._timeout, **kwargs)
 
     async def _find_pod(self, namespace: str, name: str, uid: str) -> Obj:
         # Single-key dict reads (state, seen pods) are atomic, so these two may run on the loop.
@@ -491,11 +472,11 @@ class KubeBinder:
             return pod
         try:
             raw = await self._call(self._core.read_namespaced_pod, name, namespace, _preload_content=False)
-        except ApiException as exc:
+        except KubeAPIError as exc:
             if exc.status == 404:
                 raise BindFailure(f"pod {namespace}/{name} does not exist", POD_GONE) from None
             raise
-        pod = _json(raw)
+        pod = api.read_json(raw)
         found_uid = (pod.get("metadata") or {}).get("uid")
         if uid and found_uid != uid:
             raise BindFailure(
@@ -512,11 +493,11 @@ class KubeBinder:
                 write.namespace,
                 _preload_content=False,
             )
-        except ApiException as exc:
+        except KubeAPIError as exc:
             if exc.status == 404:
                 raise BindFailure(f"resourceclaim {write.ref} was deleted", CLAIM_GONE) from None
             raise
-        return _json(raw)
+        return api.read_json(raw)
 
     async def _replace_claim(self, claim: Obj, write: _ClaimWrite) -> Obj:
         body = client.ResourceV1ResourceClaim.from_dict(_with_type(claim))
@@ -531,13 +512,13 @@ class KubeBinder:
         try:
             with telemetry.span(telemetry.SPAN_API_WRITE, **attributes):
                 raw = await self._call(method, write.name, write.namespace, body, _preload_content=False)
-        except ApiException as exc:
+        except KubeAPIError as exc:
             if exc.status == 409:
                 raise _Conflict from None
             if exc.status == 404:
                 raise BindFailure(f"resourceclaim {write.ref} was deleted", CLAIM_GONE) from None
             raise
-        return _json(raw)
+        return api.read_json(raw)
 
     async def _create_binding(self, *, namespace: str, name: str, uid: str, node: str) -> None:
         body = client.V1Binding(
@@ -555,14 +536,14 @@ class KubeBinder:
                 await self._call(
                     self._core.create_namespaced_pod_binding, name, namespace, body, _preload_content=False
                 )
-        except ApiException as exc:
+        except KubeAPIError as exc:
             if exc.status == 404:
                 raise BindFailure(f"pod {namespace}/{name} does not exist", POD_GONE) from None
             if exc.status != 409:
                 raise
             # Already bound (maybe by an earlier attempt whose answer was lost) or re-created.
             raw = await self._call(self._core.read_namespaced_pod, name, namespace, _preload_content=False)
-            pod = _json(raw)
+            pod = api.read_json(raw)
             if (pod.get("metadata") or {}).get("uid") != uid:
                 raise BindFailure(f"pod {namespace}/{name} was deleted and re-created", POD_GONE) from None
             bound_to = (pod.get("spec") or {}).get("nodeName")
@@ -654,19 +635,6 @@ def _device_names(allocation: Obj) -> str:
 
 def _with_type(claim: Obj) -> Obj:
     return {**claim, "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim"}
-
-
-def _json(response: Any) -> Obj:
-    data = orjson.loads(response.data)
-    if not isinstance(data, dict):
-        raise ApiException(status=0, reason=f"unexpected response body of type {type(data).__name__}")
-    return data
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason}".strip()
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _pod_ref(pod: Obj) -> str:
