@@ -47,7 +47,7 @@ def logical(operands: Sequence[Program], *, stop: bool, name: str) -> Program:
         error: BaseException | None = None
         for operand in operands:
             try:
-                value = operand(env)
+                value: object = operand(env)  # `object`: `is stop` must not narrow to Any
             except CostExceeded:
                 raise
             except EVAL_ERRORS as exc:
