@@ -114,7 +114,7 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
             raise StateLoadError(f"{path}: document 0: not valid JSON: {exc}") from None
         return
     stream = io.BytesIO(text)
-    stream.name = str(path)  # type: ignore[attr-defined]  # yaml puts it in error marks
+    stream.name = str(path)  # yaml puts it in error marks
     read = 0  # documents handed out so far; load_all is lazy, so a YAML error is in the next one
     try:
         for doc in yaml.load_all(stream, Loader=_Loader):

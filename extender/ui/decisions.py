@@ -136,8 +136,8 @@ async def _record(
         decision.node = str(args.get("Node", ""))
         decision.error = str(answer.get("Error") or "") if isinstance(answer, dict) else ""
         return
-    pod_obj = args.get("Pod") if isinstance(args.get("Pod"), dict) else {}
-    meta = pod_obj.get("metadata") if isinstance(pod_obj.get("metadata"), dict) else {}
+    pod_obj = given if isinstance(given := args.get("Pod"), dict) else {}
+    meta = found if isinstance(found := pod_obj.get("metadata"), dict) else {}
     names = args.get("NodeNames")
     if not isinstance(names, list):
         items = ((args.get("Nodes") or {}).get("items") or []) if isinstance(args.get("Nodes"), dict) else []

@@ -154,7 +154,7 @@ async def _decision(request: web.Request) -> web.Response:
 def _pending_pods(placement: Placement) -> list[Obj]:
     pods = []
     for pod in placement.state.list("Pod"):
-        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        spec = found if isinstance(found := pod.get("spec"), dict) else {}
         if not spec.get("nodeName") and spec.get("resourceClaims"):
             pods.append(pod)
     return pods
