@@ -507,7 +507,7 @@ def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, bo
 _SPECIAL_FLAGS = frozenset({"listen_host", "listen_port", "state_paths"})
 
 
-def _flag_layer(ns: Any) -> tuple[dict[str, Any], dict[str, bool]]:
+def _flag_layer(ns: object) -> tuple[dict[str, Any], dict[str, bool]]:
     def flag(name: str) -> Any:
         return getattr(ns, name, None)
 
@@ -533,7 +533,7 @@ def _flag_layer(ns: Any) -> tuple[dict[str, Any], dict[str, bool]]:
     return values, gates
 
 
-def load_settings(argv_namespace: Any, environ: Mapping[str, str]) -> Settings:
+def load_settings(argv_namespace: object, environ: Mapping[str, str]) -> Settings:
     """Build the effective settings from defaults, settings file, environment and flags.
 
     Args:

@@ -38,6 +38,7 @@ from extender.settings import Settings
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is configured
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ def otlp_http_endpoint(url: str) -> str:
     return url.rstrip("/") + OTLP_HTTP_TRACES_PATH if urlsplit(url).path in ("", "/") else url
 
 
-def _otlp_exporter(settings: Settings, environ: Mapping[str, str]) -> Any:
+def _otlp_exporter(settings: Settings, environ: Mapping[str, str]) -> SpanExporter:
     protocol = otlp_protocol(settings, environ)
     endpoint = settings.otlp_endpoint or None
     if protocol == "grpc":
@@ -196,7 +197,8 @@ def _otlp_exporter(settings: Settings, environ: Mapping[str, str]) -> Any:
                 f"OTLP over gRPC needs the package {GRPC_EXPORTER_PACKAGE} (pip install "
                 f"{GRPC_EXPORTER_PACKAGE}); or use --otlp-protocol http/protobuf"
             ) from exc
-        return Grpc(endpoint=endpoint)
+        exporter: SpanExporter = Grpc(endpoint=endpoint)  # Grpc is Any where the package is absent
+        return exporter
     if protocol != "http/protobuf":
         raise ValueError(f"OTLP protocol {protocol!r} is not supported; allowed: http/protobuf, grpc")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
