@@ -109,7 +109,7 @@ class CelType:
         return self.name
 
 
-class DomainMap(dict):  # type: ignore[type-arg]
+class DomainMap(dict[str, Any]):
     """A map whose missing keys read as an empty map (not an error); `in` is unaffected."""
 
     __slots__ = ()

@@ -50,6 +50,8 @@ API_VERSIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The base is chosen at run time (libyaml's C loader when PyYAML was built with it), which
+# mypy cannot follow: hence the one ignore.
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe YAML loader that keeps timestamps as strings, as they are in API JSON."""
 
