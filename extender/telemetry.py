@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -217,7 +218,7 @@ def reset_tracer(token: contextvars.Token[trace.Tracer | None]) -> None:
 
 
 @contextmanager
-def span(name: str, **attributes: Any) -> Iterator[trace.Span]:
+def span(name: str, **attributes: AttributeValue | None) -> Iterator[trace.Span]:
     """A child span of the current one, for work below the server (claims, allocation, API writes).
 
     Keyword names are the attribute keys, verbatim; pass dotted keys as `**{"k8s.pod.name": n}`.
@@ -549,7 +550,7 @@ class TextFormatter(logging.Formatter):
         return f"{text} trace_id={trace_id}" if trace_id else text
 
 
-def logfmt(value: Any) -> str:
+def logfmt(value: object) -> str:
     """`value` as a logfmt value: floats with 3 decimals, quoted (JSON style, which escapes control
     characters) if it has spaces, quotes, `=` or control characters."""
     text = f"{value:.3f}" if isinstance(value, float) else str(value)
