@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class DecisionLog:
         return self._entries[-1].seq if self._entries else 0
 
 
-def recording_middleware(decisions: DecisionLog, *, score_terms: ScoreTerms | None = None) -> Any:
+def recording_middleware(decisions: DecisionLog, *, score_terms: ScoreTerms | None = None) -> Middleware:
     """An aiohttp middleware that records each verb call into `decisions` after it answered."""
 
     @web.middleware
