@@ -78,8 +78,10 @@ class Quantity:
         return (_rebuild, (self.exact, self.fmt, self._text))
 
     @classmethod
-    def parse(cls, value: str | int | float) -> Quantity:
+    def parse(cls, value: object) -> Quantity:
         """Parse like Go's `resource.ParseQuantity`; numbers are parsed from their JSON text.
+
+        Any decoded JSON value is accepted: what is not a string or a number is a QuantityError.
 
         Raises:
             QuantityError: (a ValueError) naming the input and Go's reason.

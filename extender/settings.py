@@ -159,7 +159,7 @@ class Settings:
     partition_headroom_weight: float = 4.0
     """Weight of partition headroom (largest MIG profile each touched GPU can still create), binpack only."""
 
-    level_distances: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 6.0)
+    level_distances: tuple[float, float, float, float, float] = (1.0, 2.0, 3.0, 4.0, 6.0)
     """Distance of two devices whose closest shared level is nvlink, pcie, numa, socket, node."""
 
     topology_drivers: dict[str, Any] = field(default_factory=dict)
@@ -193,7 +193,7 @@ class Settings:
         """The topology model and scoring settings these settings describe."""
         return TopologySettings(
             drivers=parse_drivers(self.topology_drivers, "topology_drivers"),
-            level_distance=tuple(self.level_distances),  # type: ignore[arg-type]
+            level_distance=self.level_distances,
             locality_weight=self.locality_weight,
             fragmentation_weight=self.fragmentation_weight,
             packing_weight=self.packing_weight,
@@ -333,7 +333,7 @@ def _to_packing(value: Any, where: str) -> str:
     return text
 
 
-def _to_distances(value: Any, where: str) -> tuple[float, ...]:
+def _to_distances(value: Any, where: str) -> tuple[float, float, float, float, float]:
     items = value.split(",") if isinstance(value, str) else value
     try:
         distances = tuple(float(i) for i in items)
@@ -507,7 +507,7 @@ def _env_layer(environ: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, bo
 _SPECIAL_FLAGS = frozenset({"listen_host", "listen_port", "state_paths"})
 
 
-def _flag_layer(ns: Any) -> tuple[dict[str, Any], dict[str, bool]]:
+def _flag_layer(ns: object) -> tuple[dict[str, Any], dict[str, bool]]:
     def flag(name: str) -> Any:
         return getattr(ns, name, None)
 
@@ -533,7 +533,7 @@ def _flag_layer(ns: Any) -> tuple[dict[str, Any], dict[str, bool]]:
     return values, gates
 
 
-def load_settings(argv_namespace: Any, environ: Mapping[str, str]) -> Settings:
+def load_settings(argv_namespace: object, environ: Mapping[str, str]) -> Settings:
     """Build the effective settings from defaults, settings file, environment and flags.
 
     Args:

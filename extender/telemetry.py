@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry import trace
+from opentelemetry.util.types import AttributeValue
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -39,6 +40,7 @@ from extender.settings import Settings
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is configured
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +172,7 @@ def otlp_http_endpoint(url: str) -> str:
     return url.rstrip("/") + OTLP_HTTP_TRACES_PATH if urlsplit(url).path in ("", "/") else url
 
 
-def _otlp_exporter(settings: Settings, environ: Mapping[str, str]) -> Any:
+def _otlp_exporter(settings: Settings, environ: Mapping[str, str]) -> SpanExporter:
     protocol = otlp_protocol(settings, environ)
     endpoint = settings.otlp_endpoint or None
     if protocol == "grpc":
@@ -181,7 +183,8 @@ def _otlp_exporter(settings: Settings, environ: Mapping[str, str]) -> Any:
                 f"OTLP over gRPC needs the package {GRPC_EXPORTER_PACKAGE} (pip install "
                 f"{GRPC_EXPORTER_PACKAGE}); or use --otlp-protocol http/protobuf"
             ) from exc
-        return Grpc(endpoint=endpoint)
+        exporter: SpanExporter = Grpc(endpoint=endpoint)  # Grpc is Any where the package is absent
+        return exporter
     if protocol != "http/protobuf":
         raise ValueError(f"OTLP protocol {protocol!r} is not supported; allowed: http/protobuf, grpc")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
@@ -200,7 +203,7 @@ def reset_tracer(token: contextvars.Token[trace.Tracer | None]) -> None:
 
 
 @contextmanager
-def span(name: str, **attributes: Any) -> Iterator[trace.Span]:
+def span(name: str, **attributes: AttributeValue | None) -> Iterator[trace.Span]:
     """A child span of the current one, for work below the server (claims, allocation, API writes).
 
     Keyword names are the attribute keys, verbatim; pass dotted keys as `**{"k8s.pod.name": n}`.
@@ -530,7 +533,7 @@ class TextFormatter(logging.Formatter):
         return f"{text} trace_id={trace_id}" if trace_id else text
 
 
-def logfmt(value: Any) -> str:
+def logfmt(value: object) -> str:
     """`value` as a logfmt value: floats with 3 decimals, quoted (JSON style, which escapes control
     characters) if it has spaces, quotes, `=` or control characters."""
     text = f"{value:.3f}" if isinstance(value, float) else str(value)

@@ -42,7 +42,6 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from extender.settings import Settings
 
@@ -413,14 +412,14 @@ class CertReloader:
                 logger.exception("TLS: certificate reload check failed")
 
 
-def reloading(reloader: CertReloader) -> Callable[[Any], AsyncIterator[None]]:
+def reloading(reloader: CertReloader) -> Callable[[object], AsyncIterator[None]]:
     """An aiohttp `cleanup_ctx` entry that runs `reloader` for the application's lifetime.
 
     Usage: `app.cleanup_ctx.append(tls.reloading(reloader))`. The task starts with the app and
     is cancelled and awaited at cleanup.
     """
 
-    async def ctx(app: Any) -> AsyncIterator[None]:
+    async def ctx(app: object) -> AsyncIterator[None]:  # any app: tls imports no aiohttp
         task = asyncio.create_task(reloader.run(), name="tls-cert-reloader")
         try:
             yield

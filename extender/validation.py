@@ -576,11 +576,11 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
     )
     seen_sets: set[str] = set()
     for where, consumption in consumptions:
-        name = check.string(consumption.get("counterSet"), f"{where}.counterSet", required=True)
-        if name is not None:
-            if name in seen_sets:
-                check.rule(f"{where}.counterSet", f"duplicate counter set {name}")
-            seen_sets.add(name)
+        set_name = check.string(consumption.get("counterSet"), f"{where}.counterSet", required=True)
+        if set_name is not None:
+            if set_name in seen_sets:
+                check.rule(f"{where}.counterSet", f"duplicate counter set {set_name}")
+            seen_sets.add(set_name)
         _counters(check, consumption.get("counters"), f"{where}.counters")
         check.strings(consumption.get("compatibilityGroups"), f"{where}.compatibilityGroups", limit=2)
 

@@ -40,10 +40,10 @@ def _device_capacities(device: Device, qualified: bool) -> dict[str, tuple[str, 
         return {name: (name, spec) for name, spec in device.capacity.items()}
     result: dict[str, tuple[str, CapacitySpec]] = {}
     for name, spec in device.capacity.items():
-        qualified = _qualify(name, device.id.driver)
-        if qualified in result and "/" not in name:
+        key = _qualify(name, device.id.driver)
+        if key in result and "/" not in name:
             continue
-        result[qualified] = (name, spec)
+        result[key] = (name, spec)
     return result
 
 

@@ -50,8 +50,8 @@ class PoolCounters:
         for slice_ in (*pool.slices, *pool.slices_not_targeting_node):
             for device in slice_.devices:
                 if device.consumes_counters and held_by_others(device.id):
-                    for index, amount in self.cost(device):
-                        self.available[index] -= amount
+                    for index, nano in self.cost(device):
+                        self.available[index] -= nano
         self.consumed = [0] * len(self.base)
         self.touched = [False] * len(self.base)
         self.violations = 0  # touched counters with consumed > available

@@ -64,7 +64,7 @@ class CapacitySpec:
 class Device:
     """One device of a slice. Identity (eq/hash) is object identity: devices are never copied.
 
-    `cel_input` and `selector_results` are caches owned by `extender.cel.matching`; they are the
+    `cel_input` and `selector_results` are caches owned by `extender.index.selecting`; they are the
     only mutable fields and are written only by the thread that evaluates selectors.
     """
 

@@ -51,7 +51,7 @@ def selector_matches(node: Node, selector: dict[str, Any]) -> bool:
 
 
 def node_matches(
-    node: Node | None, *, node_name: str | None, all_nodes: bool, node_selector: dict | None
+    node: Node | None, *, node_name: str | None, all_nodes: bool, node_selector: dict[str, Any] | None
 ) -> bool:
     """Upstream `NodeMatches`: nodeName, then allNodes, then the selector; nothing set -> False."""
     if node_name:

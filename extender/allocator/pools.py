@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import overload
 
 from extender.allocator.features import Features
 from extender.allocator.model import PoolID, Slice
@@ -325,7 +325,7 @@ class NodePools(Sequence[Pool]):
     def __getitem__(self, item: int) -> Pool: ...
     @overload
     def __getitem__(self, item: slice) -> list[Pool]: ...
-    def __getitem__(self, item: Any) -> Any:
+    def __getitem__(self, item: int | slice) -> Pool | list[Pool]:
         return list(self)[item]
 
     def __eq__(self, other: object) -> bool:

@@ -29,7 +29,7 @@ import lark
 
 from extender.cel import comprehensions, costs, libraries, literals, lookups, programs, values
 from extender.cel.comprehensions import BUDGET_SLOT
-from extender.cel.parsing import Issue, ident_name, position, unwrap
+from extender.cel.parsing import Branch, Issue, Tree, ident_name, leaf, position, subtree, unwrap
 
 Program = Callable[[list[Any]], Any]
 
@@ -74,7 +74,7 @@ class CompileIssues(Exception):
         self.issues = issues
 
 
-def compile_tree(text: str, tree: lark.Tree) -> tuple[Program, int, int]:
+def compile_tree(text: str, tree: Tree) -> tuple[Program, int, int]:
     """Compile a parse tree of `text`.
 
     Returns the program, the number of slots it needs and its estimated worst-case cost
@@ -111,7 +111,7 @@ class _Compiler:
 
     # -- locations and issues ---------------------------------------------------------------
 
-    def _at(self, where: Any) -> tuple[int, int]:
+    def _at(self, where: Branch) -> tuple[int, int]:
         if isinstance(where, lark.Token):
             return where.line or 1, where.column or 1
         meta = getattr(where, "meta", None)
@@ -142,8 +142,8 @@ class _Compiler:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def node(self, tree: Any, scope: dict[str, int]) -> Program:
-        tree = unwrap(tree)
+    def node(self, branch: Branch, scope: dict[str, int]) -> Program:
+        tree = subtree(unwrap(branch))
         handler = getattr(self, f"_{tree.data}", None)
         if handler is None:
             return self._issue(self._at(tree), f"unsupported construct: {tree.data}", parse=True)
@@ -156,51 +156,52 @@ class _Compiler:
             self.depth -= 1
         return program
 
-    def _expr(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _expr(self, tree: Tree, scope: dict[str, int]) -> Program:
         cond, then, other = (self.node(child, scope) for child in tree.children)
         return programs.conditional(cond, then, other)
 
-    def _conditionalor(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _conditionalor(self, tree: Tree, scope: dict[str, int]) -> Program:
         return self._logical(tree, scope, stop=True, name="_||_")
 
-    def _conditionaland(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _conditionaland(self, tree: Tree, scope: dict[str, int]) -> Program:
         return self._logical(tree, scope, stop=False, name="_&&_")
 
-    def _logical(self, tree: lark.Tree, scope: dict[str, int], *, stop: bool, name: str) -> Program:
+    def _logical(self, tree: Tree, scope: dict[str, int], *, stop: bool, name: str) -> Program:
         """`a || b || c` as one n-ary node: commutative, an error loses to a deciding operand."""
-        chain: list[Any] = []
+        chain: list[Branch] = []
         kind = tree.data
         while tree.data == kind and len(tree.children) == 2:
             chain.append(tree.children[1])
-            tree = tree.children[0]
+            tree = subtree(tree.children[0])
         chain.append(tree)
         operands = [self.node(child, scope) for child in reversed(chain)]
         return programs.logical(operands, stop=stop, name=name)
 
-    def _binary_chain(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _binary_chain(self, tree: Tree, scope: dict[str, int]) -> Program:
         """Left-associative operator chains (`a + b - c`), folded in a loop, not by recursion."""
-        steps: list[tuple[str, Any]] = []
+        steps: list[tuple[str, Branch]] = []
         kind = tree.data
         while tree.data == kind and len(tree.children) == 2:
-            op_node, right = tree.children
+            op_branch, right = tree.children
+            op_node = subtree(op_branch)
             steps.append((op_node.data, right))
-            tree = op_node.children[0]
+            tree = subtree(op_node.children[0])
         first = self.node(tree, scope)
         rest = [(_BINARY[op], self.node(right, scope)) for op, right in reversed(steps)]
         return programs.fold(first, rest)
 
     _relation = _addition = _multiplication = _binary_chain
 
-    def _unary(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _unary(self, tree: Tree, scope: dict[str, int]) -> Program:
         """`!x`, `-x`; like cel-go, a run of the same operator cancels out in pairs (`!!x` is `x`)."""
         ops: list[Callable[[Any], Any]] = []
         while tree.data == "unary" and len(tree.children) == 2:
-            op = values.logical_not if tree.children[0].data == "unary_not" else values.negate
+            op = values.logical_not if subtree(tree.children[0]).data == "unary_not" else values.negate
             if ops and ops[-1] is op:
                 ops.pop()
             else:
                 ops.append(op)
-            tree = tree.children[1]
+            tree = subtree(tree.children[1])
         program = self.node(tree, scope)
         for op in reversed(ops):
             program = programs.unary(program, op)
@@ -208,36 +209,36 @@ class _Compiler:
 
     # -- members ----------------------------------------------------------------------------
 
-    def _check_device_field(self, target: Any, field: lark.Token, scope: dict[str, int]) -> None:
+    def _check_device_field(self, target: Branch, field: lark.Token, scope: dict[str, int]) -> None:
         is_device = ident_name(target) == "device" and scope.get("device") == DEVICE_SLOT
         if is_device and field not in DEVICE_FIELDS:
             self._issue(self._prev_char(field), f"undefined field '{field}'")
 
-    def _member_dot(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _member_dot(self, tree: Tree, scope: dict[str, int]) -> Program:
         target_tree, field = tree.children
-        self._check_device_field(target_tree, field, scope)
+        self._check_device_field(target_tree, leaf(field), scope)
         return programs.select(self.node(target_tree, scope), str(field))
 
-    def _member_dot_opt(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _member_dot_opt(self, tree: Tree, scope: dict[str, int]) -> Program:
         target_tree, field = tree.children
         return programs.optional_select(self.node(target_tree, scope), str(field))
 
-    def _member_index(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _member_index(self, tree: Tree, scope: dict[str, int]) -> Program:
         target, key = (self.node(child, scope) for child in tree.children)
         return programs.index(target, key)
 
-    def _member_index_opt(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _member_index_opt(self, tree: Tree, scope: dict[str, int]) -> Program:
         target, key = (self.node(child, scope) for child in tree.children)
         return programs.optional_select(target, key)
 
-    def _member_object(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _member_object(self, tree: Tree, scope: dict[str, int]) -> Program:
         message = "unsupported construct: message creation (Type{field: value}) has no meaning in DRA CEL"
         return self._issue(self._at(tree), message, parse=True)
 
-    def _member_dot_arg(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _member_dot_arg(self, tree: Tree, scope: dict[str, int]) -> Program:
         receiver_tree, name_token = tree.children[:2]
-        args = list(tree.children[2].children) if len(tree.children) == 3 else []
-        name, call_at = str(name_token), self._next_char(name_token, "(")
+        args = list(subtree(tree.children[2]).children) if len(tree.children) == 3 else []
+        name, call_at = str(name_token), self._next_char(leaf(name_token), "(")
         namespace = ident_name(receiver_tree)
         if namespace is not None and namespace not in scope and namespace in libraries.NAMESPACES:
             qualified = f"{namespace}.{name}"
@@ -269,7 +270,7 @@ class _Compiler:
 
     # -- identifiers, calls and macros ------------------------------------------------------
 
-    def _ident(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _ident(self, tree: Tree, scope: dict[str, int]) -> Program:
         token = tree.children[0]
         name = str(token)
         if name in scope:
@@ -280,13 +281,13 @@ class _Compiler:
             return self._issue(self._at(token), f"reserved identifier: {name}", parse=True)
         return self._undeclared(self._at(token), name)
 
-    def _dot_ident(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _dot_ident(self, tree: Tree, scope: dict[str, int]) -> Program:
         return self._ident(tree, {"device": DEVICE_SLOT})
 
-    def _ident_arg(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _ident_arg(self, tree: Tree, scope: dict[str, int]) -> Program:
         name_token = tree.children[0]
-        args = list(tree.children[1].children) if len(tree.children) == 2 else []
-        name, call_at = str(name_token), self._next_char(name_token, "(")
+        args = list(subtree(tree.children[1]).children) if len(tree.children) == 2 else []
+        name, call_at = str(name_token), self._next_char(leaf(name_token), "(")
         if name == "has":
             return self._has(args, scope, call_at)
         if name in RESERVED:
@@ -328,7 +329,7 @@ class _Compiler:
         self,
         name: str,
         overload: libraries.Overload,
-        arg_trees: Sequence[Any],
+        arg_trees: Sequence[Branch],
         scope: dict[str, int],
         call_at: tuple[int, int],
         *,
@@ -343,21 +344,21 @@ class _Compiler:
             args.insert(0, receiver)
         return programs.call(name, overload.function, args)
 
-    def _has(self, args: Sequence[Any], scope: dict[str, int], call_at: tuple[int, int]) -> Program:
+    def _has(self, args: Sequence[Branch], scope: dict[str, int], call_at: tuple[int, int]) -> Program:
         selection = unwrap(args[0]) if len(args) == 1 else None
         if not isinstance(selection, lark.Tree) or selection.data != "member_dot":
             return self._issue(call_at, "invalid argument to has() macro", parse=True)
         target_tree, field = selection.children
-        self._check_device_field(target_tree, field, scope)
+        self._check_device_field(target_tree, leaf(field), scope)
         return programs.has(self.node(target_tree, scope), str(field))
 
-    def _variable(self, tree: Any) -> str | None:
+    def _variable(self, tree: Branch) -> str | None:
         name = ident_name(tree)
         if name is None:
             self._issue(self._at(unwrap(tree)), "argument must be a simple name", parse=True)
         return name
 
-    def _bind(self, args: Sequence[Any], scope: dict[str, int], call_at: tuple[int, int]) -> Program:
+    def _bind(self, args: Sequence[Branch], scope: dict[str, int], call_at: tuple[int, int]) -> Program:
         if len(args) != 3:
             return self._issue(call_at, "cel.bind() requires exactly 3 arguments", parse=True)
         name = self._variable(args[0])
@@ -370,10 +371,10 @@ class _Compiler:
 
     def _macro(
         self,
-        tree: lark.Tree,
+        tree: Tree,
         name: str,
-        receiver_tree: Any,
-        args: Sequence[Any],
+        receiver_tree: Branch,
+        args: Sequence[Branch],
         scope: dict[str, int],
         call_at: tuple[int, int],
     ) -> Program:
@@ -382,35 +383,36 @@ class _Compiler:
         two_vars = name != "map" and len(args) == 3
         names = [self._variable(arg) for arg in args[: 2 if two_vars else 1]]
         source = self.node(receiver_tree, scope)
-        if any(n is None for n in names):
+        variables = [n for n in names if n is not None]
+        if len(variables) < len(names):
             return programs.failing("invalid macro")
-        slots = [self._new_slot() for _ in names]
-        inner = {**scope, **dict(zip(names, slots, strict=True))}  # type: ignore[arg-type]
-        bodies = [self.node(arg, inner) for arg in args[len(names) :]]
+        slots = [self._new_slot() for _ in variables]
+        inner = {**scope, **dict(zip(variables, slots, strict=True))}
+        bodies = [self.node(arg, inner) for arg in args[len(variables) :]]
         cost = self.iteration_costs.setdefault(id(tree), [costs.ITERATION_OVERHEAD[name]])
         return comprehensions.build(name, source, slots, bodies, cost)
 
     # -- literals ---------------------------------------------------------------------------
 
-    def _list_lit(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _list_lit(self, tree: Tree, scope: dict[str, int]) -> Program:
         elements = []
         for element in tree.children:
-            inner = element.children[0]
+            inner = subtree(element).children[0]
             optional = isinstance(inner, lark.Tree) and inner.data == "opt_expr"
-            elements.append((optional, self.node(inner.children[0] if optional else inner, scope)))
+            elements.append((optional, self.node(subtree(inner).children[0] if optional else inner, scope)))
         return literals.build_list(elements)
 
-    def _map_lit(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
+    def _map_lit(self, tree: Tree, scope: dict[str, int]) -> Program:
         entries = []
         for entry in tree.children:
-            key, value = entry.children
+            key, value = subtree(entry).children
             optional = isinstance(key, lark.Tree) and key.data == "opt_expr"
-            key_program = self.node(key.children[0] if optional else key, scope)
+            key_program = self.node(subtree(key).children[0] if optional else key, scope)
             entries.append((optional, key_program, self.node(value, scope)))
         return literals.build_map(entries)
 
-    def _literal(self, tree: lark.Tree, scope: dict[str, int]) -> Program:
-        token = tree.children[0]
+    def _literal(self, tree: Tree, scope: dict[str, int]) -> Program:
+        token = leaf(tree.children[0])
         try:
             return literals.const(literals.literal_value(token))
         except literals.InvalidLiteral as exc:

@@ -86,7 +86,7 @@ def _quantifier(
         error: BaseException | None = None
         for _ in loop(env):
             try:
-                result = predicate(env)
+                result: object = predicate(env)  # `object`: `is decisive` must not narrow to Any
             except CostExceeded:
                 raise
             except EVAL_ERRORS as exc:

@@ -36,14 +36,14 @@ short-circuits, so a selector stops no later than upstream's would.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import lark
 
 from extender.cel import literals
-from extender.cel.parsing import ident_name, unwrap
+from extender.cel.parsing import Branch, Tree, ident_name, leaf, subtree, unwrap
 
 #: `resourceapi.CELSelectorExpressionMaxCost`: both the estimate limit and the runtime budget.
 MAX_COST: Final = 1_000_000
@@ -132,19 +132,19 @@ class Estimator:
     def __init__(self) -> None:
         self.iteration_costs: dict[int, int] = {}
 
-    def estimate(self, tree: Any) -> int:
+    def estimate(self, tree: Tree) -> int:
         """The worst-case cost of evaluating `tree` once."""
         return self.walk(tree, {"device": _DEVICE}).full
 
-    def walk(self, tree: Any, scope: dict[str, Shape]) -> Cost:
-        tree = unwrap(tree)
+    def walk(self, branch: Branch, scope: dict[str, Shape]) -> Cost:
+        tree = unwrap(branch)
         handler = getattr(self, f"_{tree.data}", None) if isinstance(tree, lark.Tree) else None
         if handler is None:
             return Cost(1, 1)
         result: Cost = handler(tree, scope)
         return result
 
-    def _sum(self, trees: Any, scope: dict[str, Shape]) -> Cost:
+    def _sum(self, trees: Iterable[Branch], scope: dict[str, Shape]) -> Cost:
         total = Cost(0, 0)
         for child in trees:
             total = total.plus(self.walk(child, scope))
@@ -152,7 +152,7 @@ class Estimator:
 
     # -- operators --------------------------------------------------------------------------
 
-    def _expr(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _expr(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         cond, then, other = (self.walk(child, scope) for child in tree.children)
         return Cost(
             min(cond.full + max(then.full, other.full), _CAP),
@@ -160,23 +160,26 @@ class Estimator:
             _join(then.shape, other.shape),
         )
 
-    def _logical(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
-        chain, kind = [], tree.data
+    def _logical(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
+        chain: list[Branch] = []
+        kind = tree.data
         while tree.data == kind and len(tree.children) == 2:
             chain.append(tree.children[1])
-            tree = tree.children[0]
+            tree = subtree(tree.children[0])
         chain.append(tree)
         total = self._sum(chain, scope)
         return Cost(total.full, total.flat)
 
     _conditionalor = _conditionaland = _logical
 
-    def _binary_chain(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
-        steps, kind = [], tree.data
+    def _binary_chain(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
+        steps: list[tuple[str, Branch]] = []
+        kind = tree.data
         while tree.data == kind and len(tree.children) == 2:
-            op_node, right = tree.children
-            steps.append((op_node.data, right))
-            tree = op_node.children[0]
+            op_branch, operand = tree.children
+            op_node = subtree(op_branch)
+            steps.append((op_node.data, operand))
+            tree = subtree(op_node.children[0])
         total = self.walk(tree, scope)
         for op, right_tree in reversed(steps):
             right = self.walk(right_tree, scope)
@@ -187,17 +190,17 @@ class Estimator:
 
     _relation = _addition = _multiplication = _binary_chain
 
-    def _unary(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _unary(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         ops = 0
         while tree.data == "unary" and len(tree.children) == 2:
             ops += 1
-            tree = tree.children[1]
+            tree = subtree(tree.children[1])
         inner = self.walk(tree, scope)
         return inner.plus(Cost(ops, ops))
 
     # -- members ----------------------------------------------------------------------------
 
-    def _select(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _select(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         target_tree, name = tree.children
         target = self.walk(target_tree, scope)
         shape = target.shape.fields.get(str(name)) or target.shape.elem or SCALAR
@@ -207,7 +210,7 @@ class Estimator:
 
     _member_dot = _member_dot_opt = _select
 
-    def _index(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _index(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         target, key = (self.walk(child, scope) for child in tree.children)
         result = target.plus(key).plus(Cost(1, 1))
         result.shape = target.shape.elem or SCALAR
@@ -215,20 +218,20 @@ class Estimator:
 
     _member_index = _member_index_opt = _index
 
-    def _member_object(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _member_object(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         return Cost(1, 1)
 
-    def _ident(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _ident(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         return Cost(1, 1, scope.get(str(tree.children[0]), SCALAR))
 
-    def _dot_ident(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _dot_ident(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         return Cost(1, 1, _DEVICE if str(tree.children[0]) == "device" else SCALAR)
 
     # -- calls and macros -------------------------------------------------------------------
 
-    def _ident_arg(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _ident_arg(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         name = str(tree.children[0])
-        args = list(tree.children[1].children) if len(tree.children) == 2 else []
+        args = list(subtree(tree.children[1]).children) if len(tree.children) == 2 else []
         if name == "has":
             selection = unwrap(args[0]) if len(args) == 1 else None
             if isinstance(selection, lark.Tree) and selection.data == "member_dot":
@@ -239,9 +242,9 @@ class Estimator:
 
     _dot_ident_arg = _ident_arg
 
-    def _member_dot_arg(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _member_dot_arg(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         receiver_tree, name_token = tree.children[:2]
-        args = list(tree.children[2].children) if len(tree.children) == 3 else []
+        args = list(subtree(tree.children[2]).children) if len(tree.children) == 3 else []
         name = str(name_token)
         namespace = ident_name(receiver_tree)
         if namespace is not None and namespace not in scope:
@@ -259,7 +262,7 @@ class Estimator:
         return self._call(name, receiver_tree, args, scope)
 
     def _comprehension(
-        self, tree: lark.Tree, name: str, receiver_tree: Any, args: list[Any], scope: dict[str, Shape]
+        self, tree: Tree, name: str, receiver_tree: Branch, args: list[Branch], scope: dict[str, Shape]
     ) -> Cost:
         source = self.walk(receiver_tree, scope)
         shape = source.shape
@@ -287,7 +290,9 @@ class Estimator:
             result = SCALAR
         return Cost(full, source.flat, result)
 
-    def _call(self, name: str, receiver_tree: Any, args: list[Any], scope: dict[str, Shape]) -> Cost:
+    def _call(
+        self, name: str, receiver_tree: Branch | None, args: list[Branch], scope: dict[str, Shape]
+    ) -> Cost:
         operands = [self.walk(arg, scope) for arg in ([receiver_tree] if receiver_tree is not None else [])]
         operands += [self.walk(arg, scope) for arg in args]
         total = Cost(0, 0)
@@ -300,7 +305,7 @@ class Estimator:
 
     # -- literals ---------------------------------------------------------------------------
 
-    def _list_lit(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _list_lit(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         elements = [self.walk(_element(element), scope) for element in tree.children]
         total = Cost(LIST_CREATE, LIST_CREATE)
         elem: Shape | None = None
@@ -310,27 +315,28 @@ class Estimator:
         total.shape = sized(len(elements), elem=elem)
         return total
 
-    def _map_lit(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _map_lit(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         total = Cost(MAP_CREATE, MAP_CREATE)
         key: Shape | None = None
         value: Shape | None = None
         for entry in tree.children:
-            k, v = self.walk(_element(entry.children[0]), scope), self.walk(entry.children[1], scope)
+            key_tree, value_tree = subtree(entry).children
+            k, v = self.walk(_element(key_tree), scope), self.walk(value_tree, scope)
             total = total.plus(k).plus(v)
             key = k.shape if key is None else _join(key, k.shape)
             value = v.shape if value is None else _join(value, v.shape)
         total.shape = sized(len(tree.children), elem=value, key=key or SCALAR)
         return total
 
-    def _literal(self, tree: lark.Tree, scope: dict[str, Shape]) -> Cost:
+    def _literal(self, tree: Tree, scope: dict[str, Shape]) -> Cost:
         try:
-            value = literals.literal_value(tree.children[0])
+            value = literals.literal_value(leaf(tree.children[0]))
         except literals.InvalidLiteral:
             return Cost(0, 0)
         return Cost(0, 0, sized(len(value)) if isinstance(value, str | bytes) else SCALAR)
 
 
-def _element(tree: Any) -> Any:
+def _element(tree: Branch) -> Branch:
     """A list element or map key, without its optional marker (`?x`)."""
     inner = tree.children[0] if isinstance(tree, lark.Tree) and tree.data == "list_elem" else tree
     if isinstance(inner, lark.Tree) and inner.data == "opt_expr":

@@ -111,6 +111,6 @@ def _capacity_value(name: str, raw: Mapping[str, Any] | Quantity) -> Quantity:
     if isinstance(value, Quantity):
         return value
     try:
-        return Quantity.parse(value)  # type: ignore[arg-type]
+        return Quantity.parse(value)
     except QuantityError as exc:
         raise CelRuntimeError(f"capacity {name}: {exc.reason}") from None

@@ -10,7 +10,7 @@ Membership and set tests use CEL equality (so `[1].includes(1.0)` holds), and or
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from celpy.celtypes import DurationType
@@ -88,15 +88,18 @@ def includes(value: Any, item: Any) -> bool:
     return equal(value, item)
 
 
+def _has(items: Iterable[Any], x: Any) -> bool:
+    return any(equal(x, y) for y in items)
+
+
 def sets_function(function: str) -> Callable[[Any, Any], bool]:
     def check(a: Any, b: Any) -> bool:
         if not (is_list(a) and is_list(b)):
             raise no_overload(f"sets.{function}", a, b)
-        has = lambda items, x: any(equal(x, y) for y in items)  # noqa: E731
         if function == "contains":
-            return all(has(a, x) for x in b)
+            return all(_has(a, x) for x in b)
         if function == "equivalent":
-            return all(has(a, x) for x in b) and all(has(b, x) for x in a)
-        return any(has(b, x) for x in a)
+            return all(_has(a, x) for x in b) and all(_has(b, x) for x in a)
+        return any(_has(b, x) for x in a)
 
     return check

@@ -10,7 +10,7 @@ when their optional value is present.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeGuard, cast
 
 import lark
 from celpy.celtypes import UintType
@@ -26,17 +26,27 @@ class InvalidLiteral(ValueError):
     """A literal cel-go's parser rejects; the message is the parser's ("invalid int literal")."""
 
 
-def const(value: Any) -> Program:
+class Constant(Protocol):
+    """A program that returns `cel_const` whatever the slots hold; calls on constants fold."""
+
+    cel_const: Any
+
+    def __call__(self, env: list[Any], /) -> Any: ...
+
+
+def const(value: Any) -> Constant:
     """A program that returns `value`; `cel_const` marks it for folding."""
 
     def constant(env: list[Any]) -> Any:
         return value
 
-    constant.cel_const = value  # type: ignore[attr-defined]
-    return constant
+    # A closure with an attribute, not an object with `__call__`: constants are evaluated often.
+    program = cast(Constant, constant)
+    program.cel_const = value
+    return program
 
 
-def is_const(program: Program) -> bool:
+def is_const(program: Program) -> TypeGuard[Constant]:
     return hasattr(program, "cel_const")
 
 
@@ -71,8 +81,9 @@ def literal_value(token: lark.Token) -> Any:
 
 def build_list(elements: Sequence[tuple[bool, Program]]) -> Program:
     """`[a, ?b, ...]` from (optional?, program) pairs."""
-    if not any(optional for optional, _ in elements) and all(is_const(p) for _, p in elements):
-        return const(tuple(p.cel_const for _, p in elements))  # type: ignore[attr-defined]
+    constants = [p for _, p in elements if is_const(p)]
+    if not any(optional for optional, _ in elements) and len(constants) == len(elements):
+        return const(tuple(p.cel_const for p in constants))
 
     def build(env: list[Any]) -> list[Any]:
         out = []

@@ -26,13 +26,31 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import celpy
 import lark
+from celpy.celparser import CELParser
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-__all__ = ["Issue", "SyntaxIssues", "format_issues", "ident_name", "parse", "position", "unwrap"]
+__all__ = [
+    "Branch",
+    "Issue",
+    "SyntaxIssues",
+    "Tree",
+    "format_issues",
+    "ident_name",
+    "leaf",
+    "parse",
+    "position",
+    "subtree",
+    "unwrap",
+]
+
+Tree = lark.Tree[lark.Token]
+"""A parse tree of the extended grammar: rules are subtrees, terminals are tokens."""
+Branch = Tree | lark.Token
+"""One child of a `Tree`: a rule's subtree or a terminal's token."""
 
 _GRAMMAR_EDITS: tuple[tuple[str, str], ...] = (
     (
@@ -98,7 +116,7 @@ def _build_parser() -> lark.Lark:
         parser="lalr",
         start="expr",
         g_regex_flags=re.M,
-        lexer_callbacks={"IDENT": celpy.CELParser.ambiguous_literals},
+        lexer_callbacks={"IDENT": CELParser.ambiguous_literals},
         propagate_positions=True,
         maybe_placeholders=False,
         priority="invert",
@@ -109,7 +127,7 @@ _PARSER = _build_parser()
 _TERMINALS = {t.name: t for t in _PARSER.terminals}
 
 
-def parse(text: str) -> lark.Tree:
+def parse(text: str) -> Tree:
     """Parse CEL text into a lark tree of the extended cel-python grammar.
 
     Raises:
@@ -123,7 +141,9 @@ def parse(text: str) -> lark.Tree:
 
 def _syntax_issue(text: str, exc: UnexpectedInput) -> Issue:
     if isinstance(exc, UnexpectedCharacters):
-        char = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        # lark declares `pos_in_stream = None` on the base class; its lexer always sets an int.
+        pos: int = exc.pos_in_stream  # type: ignore[assignment]
+        char = text[pos] if pos < len(text) else ""
         return Issue(exc.line, exc.column, f"Syntax error: token recognition error at: '{char}'")
     expected: Iterable[str] = getattr(exc, "expected", None) or ()
     if isinstance(exc, UnexpectedToken) and exc.token.type != "$END":
@@ -184,7 +204,19 @@ _PASS_THROUGH: Final = frozenset(
 )
 
 
-def unwrap(tree: Any) -> Any:
+def subtree(branch: Branch) -> Tree:
+    """`branch` where the grammar places a rule, never a terminal."""
+    assert isinstance(branch, lark.Tree), branch
+    return branch
+
+
+def leaf(branch: Branch) -> lark.Token:
+    """`branch` where the grammar places a terminal (an identifier, a literal), never a rule."""
+    assert isinstance(branch, lark.Token), branch
+    return branch
+
+
+def unwrap(tree: Branch) -> Branch:
     """Skip the single-child chain nodes and parentheses, which carry no meaning of their own."""
     while isinstance(tree, lark.Tree):
         if (tree.data in _PASS_THROUGH and len(tree.children) == 1) or tree.data in ("primary", "paren_expr"):
@@ -194,7 +226,7 @@ def unwrap(tree: Any) -> Any:
     return tree
 
 
-def ident_name(tree: Any) -> str | None:
+def ident_name(tree: Branch) -> str | None:
     """The name if `tree` is (after unwrapping) a plain identifier."""
     node = unwrap(tree)
     if isinstance(node, lark.Tree) and node.data == "ident":

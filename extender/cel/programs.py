@@ -47,7 +47,7 @@ def logical(operands: Sequence[Program], *, stop: bool, name: str) -> Program:
         error: BaseException | None = None
         for operand in operands:
             try:
-                value = operand(env)
+                value: object = operand(env)  # `object`: `is stop` must not narrow to Any
             except CostExceeded:
                 raise
             except EVAL_ERRORS as exc:
@@ -126,10 +126,11 @@ def bind(slot: int, init: Program, body: Program) -> Program:
 
 def call(name: str, function: Callable[..., Any], args: Sequence[Program]) -> Program:
     """A library call; folded to a constant when every argument is one and the call succeeds."""
-    if all(literals.is_const(arg) for arg in args):
+    constants = [arg for arg in args if literals.is_const(arg)]
+    if len(constants) == len(args):
         # A failure stays a runtime error, raised only if evaluation reaches the call.
         try:
-            return literals.const(function(*(arg.cel_const for arg in args)))  # type: ignore[attr-defined]
+            return literals.const(function(*(arg.cel_const for arg in constants)))
         except (*EVAL_ERRORS, RecursionError):
             pass
 

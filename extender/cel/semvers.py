@@ -43,9 +43,11 @@ class Semver:
         for a, b in zip(self.pre, other.pre, strict=False):
             if a == b:
                 continue
-            if isinstance(a, int) != isinstance(b, int):
-                return -1 if isinstance(a, int) else 1
-            return 1 if a > b else -1  # type: ignore[operator]
+            if isinstance(a, int) and isinstance(b, int):
+                return 1 if a > b else -1
+            if isinstance(a, str) and isinstance(b, str):
+                return 1 if a > b else -1
+            return -1 if isinstance(a, int) else 1  # numeric identifiers sort before alphanumeric ones
         return (len(self.pre) > len(other.pre)) - (len(self.pre) < len(other.pre))
 
     def __eq__(self, other: object) -> bool:

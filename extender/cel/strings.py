@@ -53,12 +53,12 @@ def char_at(s: Any, i: Any) -> str:
 
 def index_of(s: Any, sub: Any, offset: Any = 0) -> int:
     text, sub = _text(s, "indexOf", sub), _text(sub, "indexOf", s)
-    offset = _int(offset, "indexOf", s, sub, offset)
+    at = _int(offset, "indexOf", s, sub, offset)
     if not sub:
-        return offset
-    if offset < 0 or offset >= len(text):
-        raise CelEvalError(f"index out of range: {offset}")
-    return text.find(sub, offset)
+        return at
+    if at < 0 or at >= len(text):
+        raise CelEvalError(f"index out of range: {at}")
+    return text.find(sub, at)
 
 
 def last_index_of(s: Any, sub: Any, offset: Any = None) -> int:
@@ -67,12 +67,12 @@ def last_index_of(s: Any, sub: Any, offset: Any = None) -> int:
         if not sub:
             return len(text)
         offset = len(text) - 1
-    offset = _int(offset, "lastIndexOf", s, sub, offset)
+    at = _int(offset, "lastIndexOf", s, sub, offset)
     if not sub:
-        return offset
-    if offset < 0 or offset >= len(text):
-        raise CelEvalError(f"index out of range: {offset}")
-    return text.rfind(sub, 0, offset + len(sub))
+        return at
+    if at < 0 or at >= len(text):
+        raise CelEvalError(f"index out of range: {at}")
+    return text.rfind(sub, 0, at + len(sub))
 
 
 def lower_ascii(s: Any) -> str:

@@ -109,7 +109,7 @@ class CelType:
         return self.name
 
 
-class DomainMap(dict):  # type: ignore[type-arg]
+class DomainMap(dict[str, Any]):
     """A map whose missing keys read as an empty map (not an error); `in` is unaffected."""
 
     __slots__ = ()
@@ -197,9 +197,11 @@ def equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return len(a) == len(b) and all(k in b and equal(v, b[k]) for k, v in a.items())
     if ta is CelOptional and tb is CelOptional:
-        if a.has_value and b.has_value:
-            return equal(a.value, b.value)
-        return a.has_value == b.has_value
+        left: CelOptional = a
+        right: CelOptional = b
+        if left.has_value and right.has_value:
+            return equal(left.value, right.value)
+        return left.has_value == right.has_value
     if ta is tb and (a is None or ta in (Quantity, Semver, CelType, TimestampType, DurationType)):
         return bool(a == b)
     return False

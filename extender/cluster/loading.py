@@ -50,6 +50,8 @@ API_VERSIONS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The base is chosen at run time (libyaml's C loader when PyYAML was built with it), which
+# mypy cannot follow: hence the one ignore.
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe YAML loader that keeps timestamps as strings, as they are in API JSON."""
 
@@ -114,7 +116,7 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
             raise StateLoadError(f"{path}: document 0: not valid JSON: {exc}") from None
         return
     stream = io.BytesIO(text)
-    stream.name = str(path)  # type: ignore[attr-defined]  # yaml puts it in error marks
+    stream.name = str(path)  # yaml puts it in error marks
     read = 0  # documents handed out so far; load_all is lazy, so a YAML error is in the next one
     try:
         for doc in yaml.load_all(stream, Loader=_Loader):

@@ -28,11 +28,13 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
-from extender.index.snapshot import DeviceIndex
+from extender.allocator.features import Features
+from extender.allocator.model import DeviceID, PoolID, Slice
+from extender.allocator.pools import Pool
+from extender.index.snapshot import DeviceIndex, _NodeBlock
 from extender.quantity import Quantity
 
 _INT64_MAX = 2**63 - 1
@@ -61,25 +63,25 @@ class _BlockCounters:
     local_consumer_row: np.ndarray  # int64: consumer entries whose device is a row of this block
     local_consumer_counter: np.ndarray
     local_consumer_amount: np.ndarray
-    foreign: tuple[tuple[Any, int, int], ...]  # (DeviceID, counter, amount) for devices not in the block
+    foreign: tuple[tuple[DeviceID, int, int], ...]  # (device, counter, amount) for devices not in the block
     uncertain: bool  # amounts not representable: counters of this node are not modelled
     incomplete: bool  # some pool of the node is incomplete (`All` requests fail on it)
     other_special: np.ndarray  # bool [rows]: needs the search for a reason other than counters
-    names: tuple[tuple[Any, str, str], ...]  # per block-local counter: (pool id, counter set, counter)
+    names: tuple[tuple[PoolID, str, str], ...]  # per block-local counter: (pool id, counter set, counter)
 
 
-def _block_counters(block: Any, features: Any) -> _BlockCounters:
+def _block_counters(block: _NodeBlock, features: Features) -> _BlockCounters:
     devices = block.devices
     local_row = {id(device): i for i, device in enumerate(devices)}
-    where: dict[int, tuple[Any, Any]] = {}
+    where: dict[int, tuple[Slice, Pool]] = {}
     counter_ids: dict[tuple[int, str, str], int] = {}
-    names: list[tuple[Any, str, str]] = []
+    names: list[tuple[PoolID, str, str]] = []
     capacity: list[int] = []
     uncertain = False
     consumer_rows: list[int] = []
     consumer_counters: list[int] = []
     consumer_amounts: list[int] = []
-    foreign: list[tuple[Any, int, int]] = []
+    foreign: list[tuple[DeviceID, int, int]] = []
     # A node may see many pools without devices for it (e.g. every node's counter-only slices):
     # one cheap pass picks the pools that matter, the rest are never looked at again.
     relevant = [(number, pool) for number, pool in enumerate(block.pools) if pool.slices or pool.incomplete]
@@ -158,9 +160,9 @@ def _block_counters(block: Any, features: Any) -> _BlockCounters:
 class CounterColumns:
     """The counter columns of one DeviceIndex generation (see module docstring)."""
 
-    def __init__(self, index: DeviceIndex, cache: dict[int, tuple[Any, _BlockCounters]]) -> None:
+    def __init__(self, index: DeviceIndex, cache: dict[int, tuple[_NodeBlock, _BlockCounters]]) -> None:
         parts: list[_BlockCounters] = []
-        self._cache: dict[int, tuple[Any, _BlockCounters]] = {}
+        self._cache: dict[int, tuple[_NodeBlock, _BlockCounters]] = {}
         for name in index.node_names:
             block = index.blocks[name]
             hit = cache.get(id(block))
@@ -218,7 +220,7 @@ class CounterColumns:
         self._parts = parts
         self._available: tuple[np.ndarray, np.ndarray] | None = None
 
-    def counter_names(self, position: int) -> tuple[tuple[Any, str, str], ...]:
+    def counter_names(self, position: int) -> tuple[tuple[PoolID, str, str], ...]:
         """(pool id, counter set, counter) of the node's counters, ids counter_start[position]:..."""
         return self._parts[position].names
 
@@ -269,7 +271,7 @@ def _incomplete_nodes(index: DeviceIndex) -> np.ndarray:
     The shared tuple is scanned once for all nodes.
     """
     out = np.zeros(len(index.node_names), dtype=bool)
-    shared_flags: dict[int, tuple[bool, frozenset[Any]]] = {}
+    shared_flags: dict[int, tuple[bool, frozenset[PoolID]]] = {}
     for position, name in enumerate(index.node_names):
         pools = index.pools.get(name)
         if pools is None:

@@ -61,7 +61,7 @@ class CachingEvaluator:
         """How many expressions currently keep results (at most `cache_size`)."""
         return len(self._recent)
 
-    def device_input(self, device: Device) -> object:
+    def device_input(self, device: Device) -> cel.DeviceInput:
         """The CEL `device` variable for a device, built once; raises CelRuntimeError if unusable."""
         if device.cel_input is None:
             try:
@@ -77,7 +77,8 @@ class CachingEvaluator:
                 device.cel_input = exc
         if isinstance(device.cel_input, CelRuntimeError):
             raise device.cel_input
-        return device.cel_input
+        built: cel.DeviceInput = device.cel_input  # `Device` types it Any: the allocator imports no cel
+        return built
 
     def evaluate(self, expression: str, device: Device) -> bool:
         """Evaluate one selector against one device (cached)."""

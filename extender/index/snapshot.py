@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from extender.topology import NODE_LEVEL, TopologyModel
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,13 @@ class RowsOf(Mapping[DeviceID, np.ndarray]):
             return multi
         return np.array([self._row[device_id]], dtype=np.int64)
 
-    def get(self, device_id: DeviceID, default: Any = None) -> Any:  # type: ignore[override]
+    @overload
+    def get(self, device_id: DeviceID, /) -> np.ndarray | None: ...
+
+    @overload
+    def get(self, device_id: DeviceID, default: _T, /) -> np.ndarray | _T: ...
+
+    def get(self, device_id: DeviceID, default: object = None) -> object:
         multi = self._multi.get(device_id)
         if multi is not None:
             return multi

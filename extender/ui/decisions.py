@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class DecisionLog:
         return self._entries[-1].seq if self._entries else 0
 
 
-def recording_middleware(decisions: DecisionLog, *, score_terms: ScoreTerms | None = None) -> Any:
+def recording_middleware(decisions: DecisionLog, *, score_terms: ScoreTerms | None = None) -> Middleware:
     """An aiohttp middleware that records each verb call into `decisions` after it answered."""
 
     @web.middleware
@@ -136,8 +137,8 @@ async def _record(
         decision.node = str(args.get("Node", ""))
         decision.error = str(answer.get("Error") or "") if isinstance(answer, dict) else ""
         return
-    pod_obj = args.get("Pod") if isinstance(args.get("Pod"), dict) else {}
-    meta = pod_obj.get("metadata") if isinstance(pod_obj.get("metadata"), dict) else {}
+    pod_obj = given if isinstance(given := args.get("Pod"), dict) else {}
+    meta = found if isinstance(found := pod_obj.get("metadata"), dict) else {}
     names = args.get("NodeNames")
     if not isinstance(names, list):
         items = ((args.get("Nodes") or {}).get("items") or []) if isinstance(args.get("Nodes"), dict) else []

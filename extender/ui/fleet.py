@@ -19,7 +19,7 @@ Grouping for the drawing, from the device attributes the topology model reads
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from extender.allocator.constraints import lookup_attribute
 from extender.allocator.model import Device, DeviceID
+from extender.allocator.pools import Pool
 from extender.claims import same_devices
 from extender.index.snapshot import DeviceIndex
 from extender.quantity import Quantity
@@ -197,7 +198,7 @@ def _first_value(device: Device, names: Iterable[str]) -> str:
 
 
 def _partitions(
-    devices: list[Device], pools: list[Any], free: np.ndarray
+    devices: list[Device], pools: Sequence[Pool], free: np.ndarray
 ) -> tuple[dict[str, str], list[Obj]]:
     """(device -> the device drawn around it, counter sets with used/free) for one node.
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 import yaml
@@ -20,6 +21,7 @@ from extender.ui.decisions import DecisionLog, recording_middleware
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 DECISIONS_KEY = web.AppKey("ui_decisions", DecisionLog)
 UI_PLACEMENT_KEY = web.AppKey("ui_placement", Placement)
@@ -97,7 +99,7 @@ def _not_ready() -> web.Response:
     return _json({"error": "cluster state not ready"}, 503)
 
 
-async def _on_worker(request: web.Request, fn: Any, *args: Any) -> Any:
+async def _on_worker(request: web.Request, fn: Callable[..., T], *args: Any) -> T:
     """Run a read of the placement on its worker thread, the only thread that may touch it."""
     return await request.app[WORKER_KEY].run(fn, *args, timeout=_READ_TIMEOUT)
 
@@ -154,7 +156,7 @@ async def _decision(request: web.Request) -> web.Response:
 def _pending_pods(placement: Placement) -> list[Obj]:
     pods = []
     for pod in placement.state.list("Pod"):
-        spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+        spec = found if isinstance(found := pod.get("spec"), dict) else {}
         if not spec.get("nodeName") and spec.get("resourceClaims"):
             pods.append(pod)
     return pods
