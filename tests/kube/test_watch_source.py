@@ -243,6 +243,8 @@ async def test_stalled_stream_is_relisted(services, seeded):
     await wait_for(lambda: source.stats()["relists"]["ResourceSlice"] >= 1)
     await wait_for(lambda: placement.state.get("ResourceSlice", "during-stall") is not None)
     seeded.unstall()
+    # The restart counter moves when the new stream opens, which may come after the relist.
+    await wait_for(lambda: source.stats()["watch_restarts"]["ResourceSlice"] >= 1)
     stats = source.stats()
     assert stats["relists"]["ResourceSlice"] >= 1
     assert stats["watch_restarts"]["ResourceSlice"] >= 1
