@@ -293,7 +293,7 @@ def collect_allocated(
     #    wrote c1 -> n0/gpu-0;
     # 4. c0 is deallocated (its user went away) before A re-reads it: A writes c0 -> n0/gpu-0.
     # Counted, gpu-0 stays taken until A forgets its entry (fails at the re-read, or writes and
-    # the watch shows it). Pinned by tests/kube_bind/test_bind_regressions.py.
+    # the watch shows it). Pinned by tests/kube/test_binder_regressions.py.
     allocations.extend(
         a for uid, a in assumed.items() if uid not in written or not same_devices(written[uid], a)
     )

@@ -22,7 +22,7 @@ Why binds cannot hand out one device twice, step by step:
    same allocation, so nothing counts twice) or until they expire. A failed bind forgets them.
    An entry whose claim shows someone else's allocation keeps counting until its bind forgets
    it: the bind is still running and writes those devices if the claim is deallocated before
-   its re-read (the race is in tests/kube_bind/test_bind_regressions.py).
+   its re-read (the race is in tests/kube/test_binder_regressions.py).
 Across replicas, leader election keeps a single binder: a follower refuses at once, and
 leadership is checked again before every write, so a bind that outlives the Lease stops (and
 undoes its writes) instead of racing the new leader. A claim written by someone else meanwhile

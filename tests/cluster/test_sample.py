@@ -19,7 +19,7 @@ import yaml
 
 from extender.cluster.sample import SAMPLE_PATH, sample_objects, sample_text
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 PIPELINE_PATH = DATA / "pipeline_pods.yaml"
 README_PATH = DATA / "README.md"
 EXPECTED_NODES_ANNOTATION = "test.dra-extender.io/expected-nodes"

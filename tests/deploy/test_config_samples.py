@@ -20,7 +20,7 @@ import yaml
 from extender.server import VERBS
 from extender.settings import Settings, load_settings
 
-CONFIG = Path(__file__).resolve().parent.parent / "config"
+CONFIG = Path(__file__).resolve().parents[2] / "config"
 SETTINGS_FILE = CONFIG / "extender-settings.yaml"
 ADVISORY = CONFIG / "scheduler-advisory.yaml"
 ALLOCATOR = CONFIG / "scheduler-allocator.yaml"

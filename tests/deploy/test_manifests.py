@@ -4,7 +4,7 @@ Cross-references are checked rather than trusted: the Deployment's args go throu
 parser and `load_settings` (with the env the pod would get), the TLS paths must lie in the
 mounted Secret, the Service must reach the container port, the scheduler's urlPrefix must name
 the Service, and every RBAC binding must name the ServiceAccount the pods run as. RBAC *content*
-is checked against the code's real API calls in tests/test_rbac_coverage.py.
+is checked against the code's real API calls in tests/deploy/test_rbac_coverage.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import yaml
 from extender.__main__ import build_parser
 from extender.settings import load_settings
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 EXTENDER = "dra-topology-extender"
 SCHEDULER = "dra-topology-scheduler"
 

@@ -6,7 +6,7 @@ of ExtenderBindingArgs is drawn either well-formed (names from the sample cluste
 such as claim resolution and allocation are reached) or as any JSON value; some bodies are raw
 bytes. Seeded (`derandomize`) and bounded for CI (a few seconds). A longer run:
 
-    DRA_FUZZ_EXAMPLES=20000 python -m pytest tests/http/test_fuzz_bodies.py -q -p no:cacheprovider
+    DRA_FUZZ_EXAMPLES=20000 python -m pytest tests/server/test_fuzz_bodies.py -q -p no:cacheprovider
 """
 
 from __future__ import annotations

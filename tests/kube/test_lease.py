@@ -22,7 +22,7 @@ from extender.server import make_app
 from extender.settings import Settings
 from extender.verdicts import NOT_LEADER, OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo
-from tests.kube_bind.cluster import Harness, claim, device_class, gpu_slice, node, pod, until
+from tests.kube.cluster import Harness, claim, device_class, gpu_slice, node, pod, until
 
 NS, NAME = "kube-system", "dra-topology-extender"
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")

@@ -8,8 +8,8 @@ import threading
 
 from extender.verdicts import NODE_GONE, OK, POD_GONE, TIMEOUT
 from tests.fakeapi.server import FakeApiServer
-from tests.kube_bind.cluster import NAMESPACE, Harness, writes
-from tests.kube_bind.test_kube_binder import seed, untouched
+from tests.kube.cluster import NAMESPACE, Harness, writes
+from tests.kube.test_binder import seed, untouched
 
 
 async def test_bind_to_a_node_the_watch_does_not_know_is_refused(fake_api: FakeApiServer):

@@ -65,7 +65,7 @@ from extender.placement import Placement
 from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.fakeapi.store import BY_KIND, ApiError, Store
-from tests.kube_bind.cluster import (
+from tests.kube.cluster import (
     NAMESPACE,
     Harness,
     allocation,
@@ -481,7 +481,7 @@ async def run_in_memory(scenario: Scenario, seed: int) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(scenario=scenarios(), base_seed=st.integers(0, 2**32 - 1))
-@example(  # assumed entry of a claim allocated elsewhere (tests/kube_bind/test_bind_regressions.py)
+@example(  # assumed entry of a claim allocated elsewhere (tests/kube/test_binder_regressions.py)
     scenario=Scenario(
         gpus=(1,),
         claim_counts=(1, 1),

@@ -25,7 +25,7 @@ from extender.verdicts import (
     POD_GONE,
 )
 from tests.fakeapi.server import FakeApiServer, RequestInfo
-from tests.kube_bind.cluster import (
+from tests.kube.cluster import (
     NAMESPACE,
     Harness,
     allocated_devices,

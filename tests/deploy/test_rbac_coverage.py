@@ -37,9 +37,9 @@ from extender.kube.lease import LeaderElector
 from extender.settings import Settings, load_settings
 from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo, RequestLogEntry
-from tests.kube_bind.cluster import NAMESPACE, claim, device_class, gpu_slice, node, pod, until
+from tests.kube.cluster import NAMESPACE, claim, device_class, gpu_slice, node, pod, until
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 Obj = dict[str, Any]
 

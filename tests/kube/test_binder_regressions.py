@@ -50,8 +50,8 @@ from extender.kube.binder import KubeBinder, _write_seen
 from extender.placement import Placement
 from extender.verdicts import NO_FIT, OK
 from tests.fakeapi.store import Store
-from tests.kube_bind.cluster import NAMESPACE, allocation
-from tests.kube_bind.test_bind_properties import (
+from tests.kube.cluster import NAMESPACE, allocation
+from tests.kube.test_binder_properties import (
     _SERIALIZER,
     CLAIMS,
     FEATURES,
