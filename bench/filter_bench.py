@@ -68,7 +68,7 @@ import orjson
 from extender import wiring
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScore
 from loadtests.generate import SHAPE_LABEL, SHAPES, generate_cluster

@@ -50,7 +50,7 @@ from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings
-from extender.placement import Placement
+from extender.core.placement import Placement
 
 Obj = dict[str, Any]
 

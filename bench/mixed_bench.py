@@ -67,7 +67,7 @@ from loadtests.scenarios import Bodies, PodEntry
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
-#: What the server logs after building its device index (extender.placement.Placement.index).
+#: What the server logs after building its device index (extender.core.placement.Placement.index).
 _INDEX_LOG = "device index generation"
 QUICK = {"nodes": [50], "calls": 2, "cycles": 3, "slice_calls": 2, "pods": 40}
 

@@ -31,7 +31,7 @@ from extender import wiring
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.settings import Settings
 
 Obj = dict[str, Any]

@@ -25,7 +25,7 @@ from typing import Any
 from extender.claims import allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationError
-from extender.placement import PODS_SEEN_SIZE, Placement
+from extender.core.placement import PODS_SEEN_SIZE, Placement
 from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)

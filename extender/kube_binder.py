@@ -72,7 +72,7 @@ from extender.claims import (
     same_devices,
 )
 from extender.cluster.state import ClusterState
-from extender.placement import PASSED, Placement
+from extender.core.placement import PASSED, Placement
 from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)

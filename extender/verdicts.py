@@ -1,6 +1,6 @@
 """What the verbs answer, independent of HTTP: the contract between server and placement.
 
-`server.py` turns these into the kube-scheduler extender wire types; `placement.py` and
+`server.py` turns these into the kube-scheduler extender wire types; `core/placement.py` and
 `binder.py` produce them. Keeping them here lets both sides be tested alone.
 """
 

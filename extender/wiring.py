@@ -14,7 +14,7 @@ from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
 from extender.index import selecting
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.settings import Settings
 from extender.worker import PlacementWorker
 

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from extender import explaining
 from extender.claims import pod_ref
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.server import WORKER_KEY
 from extender.ui import fleet
 from extender.ui.decisions import DecisionLog, recording_middleware

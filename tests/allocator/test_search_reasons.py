@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import extender.placement
+import extender.core.placement
 from extender.allocator.allocating import SearchStats
 from extender.allocator.counters import PoolCounters, nano_units
 from extender.allocator.features import Features
@@ -52,18 +52,18 @@ def _holder(devices: list[str]) -> dict:
 
 def _filter_counting_searches(monkeypatch: Any, claims: list[dict], held: list[dict]) -> tuple[Any, int]:
     calls = 0
-    real = extender.placement.allocate
+    real = extender.core.placement.allocate
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
         calls += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(extender.placement, "allocate", counting)
+    monkeypatch.setattr(extender.core.placement, "allocate", counting)
     # These tests are about the search's own reasons: keep the first-fit kernel tier (which
     # decides such nodes with no search at all) out of the way, so the search sees the node.
     monkeypatch.setattr(
-        extender.placement.Placement,
+        extender.core.placement.Placement,
         "_decide_by_first_fit",
         lambda self, evaluation, index, free, names: names,
     )

@@ -33,7 +33,7 @@ from extender.allocator.inputs import AllocatedState
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationError
-from extender.placement import PASSED, Placement
+from extender.core.placement import PASSED, Placement
 
 EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "120"))
 DERANDOMIZE = os.environ.get("DIFFERENTIAL_RANDOM", "") != "1"

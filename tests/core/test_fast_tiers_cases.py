@@ -14,7 +14,7 @@ from typing import Any
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.placement import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
+from extender.core.placement import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
 from tests.core.test_fast_tiers_property import DRIVER, RecordingPlacement, device
 
 CLASS = {

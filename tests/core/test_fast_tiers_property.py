@@ -26,7 +26,7 @@ from extender.allocator.inputs import AllocatedState
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
 from extender.errors import AllocationError
-from extender.placement import FAILED, PASSED, UNRESOLVABLE, NodeVerdict, Placement, _Classes
+from extender.core.placement import FAILED, PASSED, UNRESOLVABLE, NodeVerdict, Placement, _Classes
 
 DRIVER = "gpu.example.com"
 POD_UID = "pod-uid"

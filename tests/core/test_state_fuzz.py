@@ -36,7 +36,7 @@ from extender.cluster import kube
 from extender.cluster.loading import load_state_paths
 from extender.cluster.state import ClusterState
 from extender.errors import StateLoadError
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.server import make_app
 from extender.settings import Settings
 from extender.validation import InvalidObject, problems, validate

@@ -20,7 +20,7 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
 from extender.index.counters import counter_columns, milli
-from extender.placement import Placement, _Classes
+from extender.core.placement import Placement, _Classes
 from extender.quantity import Quantity
 from tests.core.test_fast_tiers_property import make_cluster
 

@@ -20,7 +20,7 @@ from extender.assumed import AssumeCache
 from extender.cluster.kube import KubeSource
 from extender.cluster.state import ClusterState
 from extender.kube_binder import KubeBinder, LeaderView
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer
 
