@@ -453,7 +453,7 @@ def simulate(
         state, features=Features(), assumed=AssumeCache(), topology=topology or TopologySettings()
     )
     warnings = _WarningCounter()
-    placement_log = logging.getLogger("extender.core.placement")
+    placement_log = logging.getLogger("extender.core")  # the ranking and the bind choice warn
     previous_level = placement_log.level
     if placement_log.getEffectiveLevel() > logging.WARNING:
         placement_log.setLevel(logging.WARNING)  # the counter must see them even when not printed

@@ -17,7 +17,8 @@ import yaml
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.core.placement import PASSED, Placement
+from extender.core.placement import Placement
+from extender.core.reasons import PASSED
 from extender.topology import TopologySettings
 from extender.validation import pod_problem
 

@@ -6,8 +6,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from extender.index.snapshot import DeviceIndex
+
+
+#: Bind outcome reasons a refused bind choice carries (`extender.core.binding.BindRefusal`); the
+#: kube binder's BIND_REASONS (the metrics' label values) include them.
+NO_FIT = "no_fit"  # the pod's claims cannot be allocated on the node (any more)
+NODE_GONE = "not_found"  # the node is not in the cluster state
+CLAIM_GONE = "claim_gone"  # claim deleted, being deleted, or (generated claim) not created yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +44,17 @@ class HostScore:
     score: int
 
 
+@dataclass(frozen=True, slots=True)
+class PlacementStats:
+    """What /metrics reads about placement at scrape time (`telemetry.StateCollector`)."""
+
+    index: DeviceIndex | None  # the index as last built (None before the first build)
+    assumed: int  # claim allocations chosen whose writes are still in flight
+    kernel_seconds: float  # time inside the topology kernels since start
+    kernel_calls: int
+    source: Mapping[str, Any] | None = None  # the watch source's `stats()` (kube mode), else None
+
+
 class PlacementService(Protocol):
     """What the HTTP layer needs from the placement core."""
 
@@ -46,6 +68,10 @@ class PlacementService(Protocol):
 
     def prioritize(self, pod: dict[str, Any], node_names: list[str]) -> list[HostScore]:
         """Score each node 0..10; nodes that fail filter score 0."""
+        ...
+
+    def generation(self) -> tuple[int, int, int]:
+        """(devices, claims, assumed) generations of the state the verdicts are about."""
         ...
 
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
-from extender.index import selecting
 from extender.core.placement import Placement
+from extender.index import selecting
 from extender.settings import Settings
 from extender.worker import PlacementWorker
 

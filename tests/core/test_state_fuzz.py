@@ -35,8 +35,8 @@ from extender.binder import InMemoryBinder
 from extender.cluster import kube
 from extender.cluster.loading import load_state_paths
 from extender.cluster.state import ClusterState
-from extender.errors import StateLoadError
 from extender.core.placement import Placement
+from extender.errors import StateLoadError
 from extender.server import make_app
 from extender.settings import Settings
 from extender.validation import InvalidObject, problems, validate

@@ -19,8 +19,8 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.kube import KubeSource
 from extender.cluster.state import ClusterState
-from extender.kube_binder import KubeBinder, LeaderView
 from extender.core.placement import Placement
+from extender.kube_binder import KubeBinder, LeaderView
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer
 

@@ -59,8 +59,8 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
-from extender.kube_binder import OK, KubeBinder
 from extender.core.placement import Placement
+from extender.kube_binder import OK, KubeBinder
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.fakeapi.store import BY_KIND, ApiError, Store
 from tests.kube_bind.cluster import (

@@ -45,8 +45,8 @@ from extender.allocator.model import DeviceID
 from extender.assumed import AssumeCache
 from extender.claims import collect_allocated, same_devices
 from extender.cluster.state import ClusterState
-from extender.kube_binder import NO_FIT, OK, KubeBinder, _write_seen
 from extender.core.placement import Placement
+from extender.kube_binder import NO_FIT, OK, KubeBinder, _write_seen
 from tests.fakeapi.store import Store
 from tests.kube_bind.cluster import NAMESPACE, allocation
 from tests.kube_bind.test_bind_properties import (
