@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from extender.index.snapshot import DeviceIndex
+    from extender.worker import PlacementWorker
 
 
 #: Bind outcome reasons a refused bind choice carries (`extender.core.binding.BindRefusal`); the
@@ -49,14 +50,17 @@ class PlacementStats:
     """What /metrics reads about placement at scrape time (`telemetry.StateCollector`)."""
 
     index: DeviceIndex | None  # the index as last built (None before the first build)
-    assumed: int  # claim allocations chosen whose writes are still in flight
-    kernel_seconds: float  # time inside the topology kernels since start
-    kernel_calls: int
+    assumed: int | None  # claim allocations chosen whose writes are still in flight (None: no cache)
+    kernel_seconds: float = 0.0  # time inside the topology kernels since start
+    kernel_calls: int = 0
     source: Mapping[str, Any] | None = None  # the watch source's `stats()` (kube mode), else None
 
 
 class PlacementService(Protocol):
     """What the HTTP layer needs from the placement core."""
+
+    #: The thread the verb work runs on; None: the app makes one of its own.
+    worker: PlacementWorker | None
 
     def ready(self) -> bool:
         """True once the cluster state is loaded (file mode) or synced (cluster mode)."""
@@ -72,6 +76,10 @@ class PlacementService(Protocol):
 
     def generation(self) -> tuple[int, int, int]:
         """(devices, claims, assumed) generations of the state the verdicts are about."""
+        ...
+
+    def stats(self) -> PlacementStats:
+        """What /metrics reports; called on the event loop at scrape time (must not build the index)."""
         ...
 
 

@@ -16,6 +16,7 @@ benchmarks, tests) call it on their own thread and never start the worker.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,8 @@ from extender.topology import TopologyModel, TopologySettings
 from extender.verdicts import FilterVerdict, HostScore, PlacementStats
 from extender.worker import PlacementWorker
 
+log = logging.getLogger(__name__)
+
 Obj = dict[str, Any]
 
 
@@ -63,13 +66,12 @@ class Placement:
         freeze_caches: bool = False,
         worker: PlacementWorker | None = None,
         gang_settings: gang.GangSettings | None = None,
-        source_stats: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.state, self.features, self.assumed = state, features, assumed
         self.filter_timeout_seconds = filter_timeout_seconds
         self.topology = topology or TopologySettings()
         self._is_synced = is_synced
-        self._source_stats = source_stats
+        self._source_stats: Callable[[], dict[str, Any]] | None = None  # set_source_stats
         self.view = ClusterView(
             state, features=features, assumed=assumed, topology=TopologyModel(self.topology),
             freeze_caches=freeze_caches,
@@ -110,14 +112,26 @@ class Placement:
         return self.evaluations.seen(key)
 
     def stats(self) -> PlacementStats:
-        """What /metrics reports about this placement (never builds the index)."""
+        """What /metrics reports about this placement (never builds the index). A failing read of
+        the source's stats leaves them out (logged), not the rest."""
+        source = None
+        if self._source_stats is not None:
+            try:
+                source = self._source_stats()
+            except Exception:
+                log.warning("metrics: reading source_stats() failed", exc_info=True)
         return PlacementStats(
             index=self.view.current_index(),
             assumed=len(self.assumed),
             kernel_seconds=self.kernels.seconds_total,
             kernel_calls=self.kernels.calls_total,
-            source=self._source_stats() if self._source_stats is not None else None,
+            source=source,
         )
+
+    def set_source_stats(self, source_stats: Callable[[], dict[str, Any]]) -> None:
+        """Report the watch source's `stats()` with this placement's (kube mode: the source is
+        made after the placement, whose worker thread it writes on)."""
+        self._source_stats = source_stats
 
     # ----------------------------------------------------------------- verbs
     def filter(self, pod: Obj, node_names: list[str]) -> FilterVerdict:
