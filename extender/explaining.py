@@ -128,7 +128,7 @@ def _ref(claim: Obj) -> str:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `explain` on the CLI's subparsers."""
-    parser = subparsers.add_parser(
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         "explain",
         help="explain, per node, whether a pod's claims can be allocated and which devices",
         description="Evaluate a pod against a cluster state exactly as /filter does and print why.",

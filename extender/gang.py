@@ -103,15 +103,20 @@ class Gang:
 def gang_of(pod: Obj, settings: GangSettings | None = None) -> Gang | None:
     """The pod's gang, or None for a pod that belongs to none (see module docstring)."""
     settings = settings or GangSettings()
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    meta = _mapping(pod.get("metadata"))
+    spec = _mapping(pod.get("spec"))
     namespace = str(meta.get("namespace") or "default")
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    labels = _mapping(meta.get("labels"))
+    annotations = _mapping(meta.get("annotations"))
     key = _key(spec, labels)
     if key is None:
         return None
     return Gang(f"{namespace}/{key}", _size(annotations, settings))
+
+
+def _mapping(value: Any) -> Obj:
+    """`value` if it is an object, else an empty one (pods are checked at the wire, not typed)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _key(spec: Obj, labels: Mapping[str, Any]) -> str | None:
@@ -302,7 +307,9 @@ class Gangs:
             by_gang: dict[str, dict[str, str]] = {}
             for pod in self._state.iter("Pod"):
                 node = (pod.get("spec") or {}).get("nodeName")
-                other = gang_of(pod, self.settings) if node else None
+                if not node:
+                    continue
+                other = gang_of(pod, self.settings)
                 if other is not None:
                     by_gang.setdefault(other.key, {})[str((pod.get("metadata") or {}).get("uid", ""))] = node
             self._gang_pods = (generation, by_gang)

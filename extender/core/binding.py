@@ -143,7 +143,7 @@ def choose_allocations(
     start, stop = index.node_start[index.node_pos[name]], index.node_start[index.node_pos[name] + 1]
     others = {index.row_device[row].id for row in range(start, stop)} - chosen
     restricted = AllocatedState(
-        devices=set(allocated.devices) | others,
+        devices=frozenset(allocated.devices) | others,
         shared_ids=allocated.shared_ids,
         aggregated_capacity=allocated.aggregated_capacity,
     )

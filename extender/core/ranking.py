@@ -194,9 +194,11 @@ class Ranker:
                 )
                 parts = scoring.partition_parts(index, positions, sets, free, parts)
             self.meter.add(started)
-            preference = np.array([p for _, _, p in members])
-            final = scoring.combine(parts, preference, self.topology)
-            evaluation.scores.add([name for name, _, _ in members], final, parts, preference, sets, FIRST_FIT)
+            preferences = np.array([p for _, _, p in members])
+            final = scoring.combine(parts, preferences, self.topology)
+            evaluation.scores.add(
+                [name for name, _, _ in members], final, parts, preferences, sets, FIRST_FIT
+            )
 
     def _score_kernel_first_fit(
         self,

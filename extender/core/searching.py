@@ -7,13 +7,14 @@ Every search runs against a deadline from the `Budget` (filter_timeout_seconds).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from extender.allocator.allocating import SearchStats, allocate, validate_claims
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
-from extender.allocator.pools import gather_pools
+from extender.allocator.model import PoolID, Slice
+from extender.allocator.pools import Pool, gather_pools
 from extender.allocator.requests import ClaimSpec
 from extender.allocator.results import ClaimAllocation
 from extender.core.evaluation import PodEvaluation
@@ -88,9 +89,10 @@ class Search:
         """Upstream's first allocation of the claims on the node, or None (raises what it raises)."""
         features = self.view.features
         node = index.nodes.get(name) or bare_node(name)
-        pools = index.pools.get(name)
-        if pools is None:
-            pools = gather_pools(index.slices, node, features, all_slices_of_pool=index.by_pool)
+        pools: Sequence[Pool] | None = index.pools.get(name)
+        if pools is None:  # a node the index does not know: its pools are gathered for it
+            by_pool = cast("dict[PoolID, Sequence[Slice]]", index.by_pool)  # read only
+            pools = gather_pools(index.slices, node, features, all_slices_of_pool=by_pool)
         return allocate(
             specs,
             node=node,
