@@ -16,10 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from extender import firstfit
-from extender.allocator.requests import ClaimSpec
+from extender import firstfit, telemetry
+from extender.allocator.requests import ClaimSpec, parse_claim
 from extender.allocator.results import ClaimAllocation
-from extender.claims import PodClaims, claim_ref
+from extender.assumed import AssumeCache
+from extender.claims import PodClaims, claim_ref, resolve_pod_claims
+from extender.cluster.state import ClusterState
+from extender.core import reasons
 from extender.core.reasons import PASSED, NodeVerdict
 from extender.scoring import KernelPlan, ScoreBook
 
@@ -98,6 +101,19 @@ class Evaluations:
     def seen(self, key: str) -> Obj | None:
         """The pod last seen under this UID (or "namespace/name"), or None."""
         return self._seen.get(key)
+
+
+def evaluation_of(pod: Obj, state: ClusterState, assumed: AssumeCache) -> PodEvaluation:
+    """A new evaluation of the pod: its claims resolved and parsed, nothing decided yet."""
+    with telemetry.span(telemetry.SPAN_RESOLVE_CLAIMS):
+        claims = resolve_pod_claims(pod, state, assumed=assumed.active())
+    evaluation = PodEvaluation(pod=pod, claims=claims, specs=[], problem=claims.problem)
+    if not evaluation.problem:
+        try:
+            evaluation.specs = [parse_claim(c) for c in claims.pending]
+        except (ValueError, TypeError) as exc:
+            evaluation.problem = reasons.invalid_claim(exc)
+    return evaluation
 
 
 def pod_key(pod: Obj) -> str:

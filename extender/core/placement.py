@@ -23,22 +23,19 @@ from typing import Any
 
 import numpy as np
 
-from extender import gang, scoring, telemetry
+from extender import gang, scoring
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
-from extender.allocator.requests import parse_claim
 from extender.allocator.results import ClaimAllocation
 from extender.assumed import AssumeCache
-from extender.claims import allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
-from extender.core import binding, reasons
-from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, pod_key
+from extender.core import binding, tiers
+from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of, pod_key
 from extender.core.ranking import KernelMeter, Ranker
-from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
-from extender.core.searching import Budget, Search, bare_node, check_classes_and_selectors
+from extender.core.reasons import FAILED, PASSED
+from extender.core.searching import Budget, Search
 from extender.core.tiers import FirstFitTier, KernelTier, SearchTier, Tier, VectorisedTier
 from extender.core.view import ClusterView, Generation
-from extender.errors import AllocationAborted, AllocationError
 from extender.index.snapshot import DeviceIndex
 from extender.scoring import ScoreBook
 from extender.topology import TopologyModel, TopologySettings
@@ -214,56 +211,8 @@ class Placement:
 
     def new_evaluation(self, pod: Obj) -> PodEvaluation:
         """The pod's claims resolved and parsed, nothing decided yet."""
-        with telemetry.span(telemetry.SPAN_RESOLVE_CLAIMS):
-            claims = resolve_pod_claims(pod, self.state, assumed=self.assumed.active())
-        evaluation = PodEvaluation(pod=pod, claims=claims, specs=[], problem=claims.problem)
-        if not evaluation.problem:
-            try:
-                evaluation.specs = [parse_claim(c) for c in claims.pending]
-            except (ValueError, TypeError) as exc:
-                evaluation.problem = reasons.invalid_claim(exc)
-        return evaluation
+        return evaluation_of(pod, self.state, self.assumed)
 
     def decide(self, evaluation: PodEvaluation, node_names: list[str]) -> None:
-        """Verdicts for the nodes: pod-level problems, allocated claims, then the tiers."""
-        if evaluation.problem:
-            for name in node_names:
-                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
-            return
-        index = self.index()
-        pending: list[str] = []
-        for name in node_names:
-            node = index.nodes.get(name) or bare_node(name)
-            unusable = next(
-                (c for c in evaluation.claims.allocated if not allocation_fits_node(c, node)), None
-            )
-            if unusable is not None:
-                evaluation.verdicts[name] = reasons.claim_unavailable(claim_ref(unusable))
-            elif not evaluation.specs:
-                evaluation.verdicts[name] = NodeVerdict(PASSED)
-            else:
-                pending.append(name)
-        if not pending:
-            return
-        try:
-            with telemetry.span(telemetry.SPAN_ALLOCATE, **{telemetry.ATTR_NODES_IN: len(pending)}):
-                self.run_tiers(evaluation, index, pending)
-        except AllocationAborted as exc:
-            evaluation.error = reasons.timed_out(exc)
-        except AllocationError as exc:
-            evaluation.problem = str(exc)
-            for name in [*evaluation.verdicts, *pending]:
-                evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
-
-    def run_tiers(self, evaluation: PodEvaluation, index: DeviceIndex, names: list[str]) -> None:
-        """Pod-level validation, then each tier in turn; nodes the index does not know go
-        straight to the last tier (upstream's search)."""
-        check_classes_and_selectors(evaluation.specs, index)
-        view = self.view.snapshot()
-        deadline = self.search.budget.deadline()
-        unknown = [n for n in names if n not in index.node_pos]
-        remaining = [n for n in names if n in index.node_pos]
-        *fast, last = self.tiers
-        for tier in fast:
-            remaining = tier.decide(evaluation, view, remaining, deadline)
-        last.decide(evaluation, view, unknown + remaining, deadline)
+        """Verdicts for the nodes (`tiers.decide`: pod-level problems, allocated claims, the tiers)."""
+        tiers.decide(evaluation, node_names, view=self.view, tiers=self.tiers, budget=self.search.budget)

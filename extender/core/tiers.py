@@ -11,24 +11,27 @@ verdicts into the evaluation) and hands on the rest. Placement runs them in this
 
 A node the vectorised check cannot decide goes to the first-fit kernel, not the topology kernel
 (a simple pod is never the topology kernel's). Every "no" is worded by `extender.core.reasons`.
+`decide` runs the chain for an evaluation (after the checks that need no tier).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
 
-from extender import feasibility, firstfit, scoring
+from extender import feasibility, firstfit, scoring, telemetry
 from extender.allocator.allocating import SearchStats
 from extender.allocator.inputs import AllocatedState
+from extender.claims import allocation_fits_node, claim_ref
 from extender.core import reasons
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
-from extender.core.reasons import PASSED, NodeVerdict
-from extender.core.searching import Search
-from extender.core.view import Snapshot
-from extender.errors import NodeScopedError
+from extender.core.reasons import PASSED, UNRESOLVABLE, NodeVerdict
+from extender.core.searching import Budget, Search, bare_node, check_classes_and_selectors
+from extender.core.view import ClusterView, Snapshot
+from extender.errors import AllocationAborted, AllocationError, NodeScopedError
 from extender.index.snapshot import DeviceIndex
 from kernels import counters as counter_kernels
 from kernels import topology as kernels
@@ -229,3 +232,60 @@ class SearchTier:
         )
         # A short request can never fit; otherwise "held back" is the search's "fits if free".
         return reasons.no_set(refs, fits_if_free=stats.held_back and not short, short=short)
+
+
+def decide(
+    evaluation: PodEvaluation, names: list[str], *, view: ClusterView, tiers: Sequence[Tier], budget: Budget
+) -> None:
+    """Verdicts for the nodes: a pod-level problem decides them all; a node an allocated claim
+    of the pod cannot use is unresolvable; a pod with nothing pending passes; the rest go to
+    `run` (a search timeout becomes the evaluation's error, an input error its problem)."""
+    if evaluation.problem:
+        for name in names:
+            evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
+        return
+    index = view.index()
+    pending: list[str] = []
+    for name in names:
+        node = index.nodes.get(name) or bare_node(name)
+        unusable = next((c for c in evaluation.claims.allocated if not allocation_fits_node(c, node)), None)
+        if unusable is not None:
+            evaluation.verdicts[name] = reasons.claim_unavailable(claim_ref(unusable))
+        elif not evaluation.specs:
+            evaluation.verdicts[name] = NodeVerdict(PASSED)
+        else:
+            pending.append(name)
+    if not pending:
+        return
+    try:
+        with telemetry.span(telemetry.SPAN_ALLOCATE, **{telemetry.ATTR_NODES_IN: len(pending)}):
+            run(evaluation, index, pending, view=view, tiers=tiers, budget=budget)
+    except AllocationAborted as exc:
+        evaluation.error = reasons.timed_out(exc)
+    except AllocationError as exc:
+        evaluation.problem = str(exc)
+        for name in [*evaluation.verdicts, *pending]:
+            evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
+
+
+def run(
+    evaluation: PodEvaluation,
+    index: DeviceIndex,
+    names: list[str],
+    *,
+    view: ClusterView,
+    tiers: Sequence[Tier],
+    budget: Budget,
+) -> None:
+    """Pod-level validation, then each tier in turn on what the one before left; nodes the index
+    does not know go straight to the last tier (upstream's search). Raises the allocator's
+    input errors (`AllocationError`) and `AllocationAborted` at the deadline."""
+    check_classes_and_selectors(evaluation.specs, index)
+    snapshot = view.snapshot()
+    deadline = budget.deadline()
+    unknown = [n for n in names if n not in index.node_pos]
+    remaining = [n for n in names if n in index.node_pos]
+    *fast, last = tiers
+    for tier in fast:
+        remaining = tier.decide(evaluation, snapshot, remaining, deadline)
+    last.decide(evaluation, snapshot, unknown + remaining, deadline)

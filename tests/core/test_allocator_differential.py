@@ -5,10 +5,10 @@ counters, taints, capacities, devices held by other claims) and pods (claims wit
 requests, selectors, tolerations, matchAttribute/distinctAttribute, now and then a
 firstAvailable or capacity request), every node is decided by:
 
-- the exact search (`Placement._search_node`, upstream's allocator): the reference;
+- the exact search (`SearchTier.verdict`, upstream's allocator): the reference;
 - the vectorised Hall check (`feasibility.check`), on the nodes it claims to decide, both
   with the devices currently free (`fits`) and with everything free (`fits_if_free`);
-- the kernel tier (`Placement._decide_by_kernel`), on the nodes it decides;
+- the kernel tier (`KernelTier.settle`), on the nodes it decides;
 - `Placement.filter` end to end.
 
 A disagreement is a bug in a fast tier (or in the search). CI runs a fixed, derandomised set of
@@ -32,6 +32,7 @@ from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core import tiers
 from extender.core.placement import Placement
 from extender.core.reasons import PASSED
 from extender.core.tiers import KernelTier, SearchTier
@@ -224,7 +225,14 @@ def test_fast_tiers_agree_with_the_search(case: tuple[list[Obj], Obj, list[str]]
     index = placement.index()
     allocated, free = placement.allocated_state()
     try:
-        placement.run_tiers(placement.new_evaluation(pod), index, [])  # pod-level validation only
+        tiers.run(
+            placement.new_evaluation(pod),
+            index,
+            [],
+            view=placement.view,
+            tiers=placement.tiers,
+            budget=placement.search.budget,
+        )  # pod-level validation only
     except AllocationError:
         return  # invalid for every node alike (tested in tests/allocator/test_error_order.py)
     deadline = float("inf")

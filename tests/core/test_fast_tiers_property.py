@@ -227,7 +227,7 @@ def check_one(seed: int) -> int:
             reference = NodeVerdict(UNRESOLVABLE, str(exc))
         if fast.status != reference.status:
             # The search words "in use" whenever it turned away a device other claims hold (one
-            # search per node, `Placement._search_node`), even where the claims would not fit with
+            # search per node, `SearchTier.verdict`), even where the claims would not fit with
             # nothing held; the kernel tier checks "with nothing held" exactly. Only that direction
             # may differ, and a search with nothing held must confirm the kernel's answer.
             assert (fast.status, reference.status) == (UNRESOLVABLE, FAILED), (name, fast, reference)
