@@ -6,8 +6,9 @@ device attribute of its DRA driver. A distributed job whose pods talk over NVLin
 of one ComputeDomain) must land in one clique; placing it should also cut as few cliques as
 possible for the jobs after it.
 
-This module owns three pure steps; `Placement` wires them into prioritize (and, optionally,
-filter):
+This module owns three pure steps, and `Gangs`, which keeps their per-generation inputs (node
+cliques, placed members) for one placement; `Placement` calls it from prioritize (and,
+optionally, filter):
 
 1. **Gang identity** (`gang_of`): from the pod, the first of
    - `spec.schedulingGroup.podGroupName` (Kubernetes 1.36 PodGroup API),
