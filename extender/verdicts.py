@@ -59,8 +59,10 @@ class PlacementStats:
 class PlacementService(Protocol):
     """What the HTTP layer needs from the placement core."""
 
-    #: The thread the verb work runs on; None: the app makes one of its own.
-    worker: PlacementWorker | None
+    @property
+    def worker(self) -> PlacementWorker | None:
+        """The thread the verb work runs on; None: the app makes one of its own."""
+        ...
 
     def ready(self) -> bool:
         """True once the cluster state is loaded (file mode) or synced (cluster mode)."""
