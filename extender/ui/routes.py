@@ -43,6 +43,7 @@ def add_dashboard(app: web.Application, placement: Placement, *, decisions: int 
     log_ = DecisionLog(decisions)
     app[DECISIONS_KEY] = log_
     app[UI_PLACEMENT_KEY] = placement
+
     async def score_terms(pod: Obj, names: list[str]) -> dict[str, Obj]:
         return await app[WORKER_KEY].run(_terms, placement, pod, names, timeout=_READ_TIMEOUT)
 
