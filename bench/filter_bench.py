@@ -13,7 +13,7 @@ How:
 - every call asks about all nodes of the cluster (`NodeNames` = every node, as kube-scheduler
   sends with `percentageOfNodesToScore: 100`), for the generated pending pods in turn;
 - placement caches one evaluation per pod UID and state generation, so the benchmark clears
-  that cache (`Placement._evaluations`) before every measured filter call: each call does the
+  that cache (`Placement.evaluations`) before every measured filter call: each call does the
   full work of a new pod. In the filter+prioritize pairs prioritize then re-uses the evaluation
   of its filter, as in a real scheduling cycle, and gets the nodes that filter passed;
 - calls are serial (the scheduling cycle is serial); `time.perf_counter` around each call
@@ -68,7 +68,7 @@ import orjson
 from extender import wiring
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScore
 from loadtests.generate import SHAPE_LABEL, SHAPES, generate_cluster
@@ -281,14 +281,14 @@ def warm_up(cluster: Cluster, extra: int) -> dict[str, float]:
     cold: dict[str, float] = {}
     firsts, more = _warm_pods(cluster.pods, extra)
     for pod in firsts:
-        placement._evaluations.clear()
+        placement.evaluations.clear()
         started = time.perf_counter()
         placement.filter(pod, cluster.node_names)
         cold[_shape(pod)] = (time.perf_counter() - started) * 1000
     for pod in more:
-        placement._evaluations.clear()
+        placement.evaluations.clear()
         placement.prioritize(pod, placement.filter(pod, cluster.node_names).passed)
-    placement._evaluations.clear()
+    placement.evaluations.clear()
     rss = _settled_rss()
     cluster.memory["first_calls_mib"] = rss - cluster.memory["rss_after_build_mib"]
     cluster.memory["rss_after_warm_up_mib"] = rss
@@ -342,7 +342,7 @@ def run_in_process(
     verdict = FilterVerdict()
     for i in range(calls):
         pod = cluster.pods[i % len(cluster.pods)]
-        placement._evaluations.clear()
+        placement.evaluations.clear()
         started = time.perf_counter()
         verdict = placement.filter(pod, names)
         if only_prioritize:
@@ -390,7 +390,7 @@ async def run_binds_in_process(cluster: Cluster, pods: list[Obj], warmup: int) -
     verdict = FilterVerdict()
     bound_before = False
     for pod in pods:
-        placement._evaluations.clear()
+        placement.evaluations.clear()
         started = time.perf_counter()
         verdict = placement.filter(pod, names)
         if bound_before:
@@ -483,7 +483,7 @@ async def run_http(cluster: Cluster, calls: int, warmup: int) -> list[Result]:
     results: list[Result] = []
     async with serving(cluster) as post:
         for pod in [cluster.pods[i % len(cluster.pods)] for i in range(warmup)]:
-            placement._evaluations.clear()
+            placement.evaluations.clear()
             answer = orjson.loads(await post("filter", _args(pod, names)))
             if answer["NodeNames"]:
                 await post("prioritize", _args(pod, answer["NodeNames"]))
@@ -496,7 +496,7 @@ async def run_http(cluster: Cluster, calls: int, warmup: int) -> list[Result]:
             for i in range(calls):
                 pod = cluster.pods[i % len(cluster.pods)]
                 request = _args(pod, names)
-                placement._evaluations.clear()
+                placement.evaluations.clear()
                 started = time.perf_counter()
                 raw = await post("filter", request)
                 elapsed = time.perf_counter() - started
@@ -536,7 +536,7 @@ async def run_http_binds(cluster: Cluster, pods: list[Obj], warmup: int) -> list
     async with serving(cluster) as post:
         for pod in pods:
             request = _args(pod, names)
-            cluster.placement._evaluations.clear()
+            cluster.placement.evaluations.clear()
             started = time.perf_counter()
             answer = orjson.loads(await post("filter", request))
             if bound_before:
@@ -586,7 +586,7 @@ def run_after_update(cluster: Cluster, kind: str, calls: int, warmup: int) -> Re
         meta = target["metadata"]
         state.upsert({**target, "metadata": {**meta, "resourceVersion": f"{meta['resourceVersion']}{i}"}})
         pod = cluster.pods[i % len(cluster.pods)]
-        placement._evaluations.clear()
+        placement.evaluations.clear()
         started = time.perf_counter()
         verdict = placement.filter(pod, names)
         samples.append(time.perf_counter() - started)
@@ -607,7 +607,7 @@ def profile_filter(cluster: Cluster, calls: int, top: int = 15) -> str:
     profiler = cProfile.Profile()
     for i in range(calls):
         pod = cluster.pods[i % len(cluster.pods)]
-        placement._evaluations.clear()
+        placement.evaluations.clear()
         profiler.enable()
         placement.filter(pod, names)
         profiler.disable()

@@ -49,8 +49,8 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings
-from extender.placement import Placement
 
 Obj = dict[str, Any]
 

@@ -215,7 +215,7 @@ def _claims(state: ClusterState, share: float = 0.3) -> list[Obj]:
 
 def measure_held(nodes: int) -> dict[str, float]:
     from extender.assumed import AssumeCache
-    from extender.placement import Placement
+    from extender.core.placement import Placement
 
     state = ClusterState.from_objects(fleet(nodes))
     claims = _claims(state)

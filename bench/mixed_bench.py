@@ -67,7 +67,7 @@ from loadtests.scenarios import Bodies, PodEntry
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
-#: What the server logs after building its device index (extender.placement.Placement.index).
+#: What the server logs after building its device index (extender.core.view.ClusterView.index).
 _INDEX_LOG = "device index generation"
 QUICK = {"nodes": [50], "calls": 2, "cycles": 3, "slice_calls": 2, "pods": 40}
 
@@ -321,16 +321,16 @@ def measure_in_process(objects: list[Obj], work: Workload, slice_calls: int) -> 
         pod = work.fresh(entry)
         # Not counted: the previous slice change made a new index generation, whose selector
         # masks for this shape are built by its first filter; "nothing changed" is the call after.
-        placement._evaluations.clear()
+        placement.evaluations.clear()
         placement.filter(pod, names)
-        placement._evaluations.clear()  # as bench.filter_bench: every call does a new pod's work
+        placement.evaluations.clear()  # as bench.filter_bench: every call does a new pod's work
         began = time.perf_counter()
         placement.filter(pod, names)
         unchanged.append(time.perf_counter() - began)
         target = slices[(i * 7919) % len(slices)]
         meta = target["metadata"]
         state.upsert({**target, "metadata": {**meta, "resourceVersion": f"{meta['resourceVersion']}{i}"}})
-        placement._evaluations.clear()
+        placement.evaluations.clear()
         began = time.perf_counter()
         placement.filter(pod, names)
         changed.append(time.perf_counter() - began)

@@ -59,7 +59,7 @@ from extender.allocator.model import DeviceID
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.topology import LEVELS, NO_COORD, NODE_LEVEL, TopologySettings
 from kernels import topology as kernels
 
@@ -453,7 +453,7 @@ def simulate(
         state, features=Features(), assumed=AssumeCache(), topology=topology or TopologySettings()
     )
     warnings = _WarningCounter()
-    placement_log = logging.getLogger("extender.placement")
+    placement_log = logging.getLogger("extender.core")  # the ranking and the bind choice warn
     previous_level = placement_log.level
     if placement_log.getEffectiveLevel() > logging.WARNING:
         placement_log.setLevel(logging.WARNING)  # the counter must see them even when not printed

@@ -31,7 +31,8 @@ from extender import wiring
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.placement import Placement
+from extender.core.placement import Placement
+from extender.core.tiers import FirstFitTier
 from extender.settings import Settings
 
 Obj = dict[str, Any]
@@ -218,7 +219,7 @@ def run(nodes: int, calls: int, *, before: bool, seed: int = 1) -> dict[str, dic
         ClusterState.from_objects(objects), features=Features.from_gates(), assumed=AssumeCache()
     )
     if before:
-        placement._decide_by_first_fit = lambda evaluation, index, free, names: names  # type: ignore[method-assign]
+        placement.tiers = tuple(tier for tier in placement.tiers if not isinstance(tier, FirstFitTier))
     names = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"]
     placement.index()
     out: dict[str, dict[str, float]] = {}
@@ -228,7 +229,7 @@ def run(nodes: int, calls: int, *, before: bool, seed: int = 1) -> dict[str, dic
         prioritize_ms: list[float] = []
         passed = 0
         for number, (pod, _) in enumerate(pairs):
-            placement._evaluations.clear()
+            placement.evaluations.clear()
             cpu = time.process_time()
             started = time.perf_counter()
             verdict = placement.filter(pod, names)

@@ -22,10 +22,11 @@ import functools
 import logging
 from typing import Any
 
-from extender.claims import allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
+from extender.core import binding
+from extender.core.evaluation import PODS_SEEN_SIZE
+from extender.core.placement import Placement
 from extender.errors import AllocationError
-from extender.placement import PODS_SEEN_SIZE, Placement
 from extender.verdicts import ERROR, OK, BindOutcome
 from extender.worker import WorkTimeout
 
@@ -74,7 +75,7 @@ class InMemoryBinder:
         stored_uid = ((pod or {}).get("metadata") or {}).get("uid") or ""
         if pod is not None and (not uid or not stored_uid or stored_uid == uid):
             return pod
-        seen = self._placement.pods_seen.get(uid or ref)
+        seen = self._placement.seen_pod(uid or ref)
         if seen is not None:
             meta = seen.get("metadata") or {}
             seen_ref = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
@@ -100,25 +101,11 @@ class InMemoryBinder:
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to:
             return "" if bound_to == node else f"pod {namespace}/{name} is already bound to node {bound_to}"
-        index = self._placement.index()
-        node_obj = index.nodes.get(node)
-        if node_obj is None:
-            return f"node {node} does not exist in the cluster state"
-        claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
-        if claims.problem:
-            return claims.problem
-        for claim in claims.allocated:
-            if not allocation_fits_node(claim, node_obj or {"metadata": {"name": node}}):
-                return f"resourceclaim {claim_ref(claim)} not available on node {node}"
-        evaluation = self._placement.evaluate(pod, [node])
-        if evaluation.error:
-            return evaluation.error
-        verdict = evaluation.verdicts[node]
-        if verdict.status != "passed":
-            return f"pod {namespace}/{name} cannot be bound to node {node}: {verdict.reason}"
-        allocations = self._placement.choose_allocations(evaluation, node) if claims.pending else []
-        if allocations is None:
-            return f"pod {namespace}/{name}: cannot allocate all claims on node {node}"
+        try:
+            choice = self._placement.choose_for_bind(pod, node, wording=binding.IN_MEMORY)
+        except binding.BindRefusal as exc:
+            return exc.message
+        claims, allocations = choice.claims, choice.allocations
         pod_meta = pod.get("metadata") or {}
         consumer = {"resource": "pods", "name": pod_meta.get("name", name), "uid": pod_meta.get("uid", uid)}
         for claim, allocation in zip(claims.pending, allocations, strict=True):

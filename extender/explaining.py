@@ -17,7 +17,8 @@ import yaml
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.placement import PASSED, Placement
+from extender.core.placement import Placement
+from extender.core.reasons import PASSED
 from extender.topology import TopologySettings
 from extender.validation import pod_problem
 
@@ -127,7 +128,7 @@ def _ref(claim: Obj) -> str:
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `explain` on the CLI's subparsers."""
-    parser = subparsers.add_parser(
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         "explain",
         help="explain, per node, whether a pod's claims can be allocated and which devices",
         description="Evaluate a pod against a cluster state exactly as /filter does and print why.",

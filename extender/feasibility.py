@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from extender import scoring
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
-from extender.allocator.taints import all_tolerated
 from extender.index.snapshot import DeviceIndex
 
 #: Above this many requests the 2^k subset check gets expensive; such pods use the search.
@@ -70,14 +70,7 @@ def check(
     signature = np.zeros(index.num_rows, dtype=np.int64)
     needs_search = index.node_has_invalid_pool.copy()
     for bit, spec in enumerate(requests):
-        mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
-        selected = mask.match.copy()
-        if index.row_tainted.any():
-            tainted_rows = np.flatnonzero(selected & index.row_tainted)
-            for row in tainted_rows:
-                if not all_tolerated(index.row_device[row].taints, spec.tolerations):
-                    selected[row] = False
-        awkward = (selected & index.row_special) | mask.error
+        selected, awkward = scoring.selected_rows(index, spec)
         if awkward.any():
             needs_search |= np.bincount(index.row_node[awkward], minlength=num_nodes) > 0
         signature |= selected.astype(np.int64) << bit

@@ -25,6 +25,7 @@ import numpy as np
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import ALL, EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.taints import all_tolerated
+from extender.core import reasons
 from extender.index.counters import CounterColumns, counter_columns
 from extender.index.snapshot import DeviceIndex
 from kernels import counters as kernel
@@ -267,7 +268,7 @@ def run(
 
 def preference(pod: FirstFitPlan, chosen_slot: np.ndarray) -> np.ndarray:
     """Upstream's prioritized-list score per node from the chosen slots (as placement's
-    `_preference`): sum over firstAvailable requests of 8 - chosen subrequest, over 8 per request."""
+    `scoring.preference`): sum over firstAvailable requests of 8 - chosen subrequest, over 8 per request."""
     if pod.prioritized_requests == 0:
         return np.ones(len(chosen_slot))
     subs = np.flatnonzero(pod.slot_sub >= 0)
@@ -278,7 +279,7 @@ def preference(pod: FirstFitPlan, chosen_slot: np.ndarray) -> np.ndarray:
 
 def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:
     """Per node: the first request the node lacks devices for even with all free ("" if none or
-    unsure), vectorised over nodes; the same answer as placement's per-node `_short_request`."""
+    unsure), vectorised over nodes. Upstream's search tier asks it about one node at a time."""
     num_nodes = len(index.node_names)
     out = [""] * len(positions)
     open_ = np.ones(len(positions), dtype=bool)
@@ -301,9 +302,7 @@ def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.nda
             first = options[0]
             need = first.count if first.mode == EXACT_COUNT else 1
             for i in np.flatnonzero(open_ & short):
-                out[i] = (
-                    f"claim {claim.ref}, request {request.name}: {need} device(s) of class {first.class_name}"
-                )
+                out[i] = reasons.shortage(claim.ref, request.name, need, first.class_name)
             open_ &= ~short
     return out
 

@@ -6,8 +6,9 @@ device attribute of its DRA driver. A distributed job whose pods talk over NVLin
 of one ComputeDomain) must land in one clique; placing it should also cut as few cliques as
 possible for the jobs after it.
 
-This module owns three pure steps; `Placement` wires them into prioritize (and, optionally,
-filter):
+This module owns three pure steps, and `Gangs`, which keeps their per-generation inputs (node
+cliques, placed members) for one placement; `Placement` calls it from prioritize (and,
+optionally, filter):
 
 1. **Gang identity** (`gang_of`): from the pod, the first of
    - `spec.schedulingGroup.podGroupName` (Kubernetes 1.36 PodGroup API),
@@ -45,9 +46,14 @@ filter):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from extender.assumed import AssumeCache
+    from extender.cluster.state import ClusterState
+    from extender.index.snapshot import DeviceIndex
 
 Obj = dict[str, Any]
 
@@ -98,15 +104,20 @@ class Gang:
 def gang_of(pod: Obj, settings: GangSettings | None = None) -> Gang | None:
     """The pod's gang, or None for a pod that belongs to none (see module docstring)."""
     settings = settings or GangSettings()
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    meta = _mapping(pod.get("metadata"))
+    spec = _mapping(pod.get("spec"))
     namespace = str(meta.get("namespace") or "default")
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    labels = _mapping(meta.get("labels"))
+    annotations = _mapping(meta.get("annotations"))
     key = _key(spec, labels)
     if key is None:
         return None
     return Gang(f"{namespace}/{key}", _size(annotations, settings))
+
+
+def _mapping(value: Any) -> Obj:
+    """`value` if it is an object, else an empty one (pods are checked at the wire, not typed)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _key(spec: Obj, labels: Mapping[str, Any]) -> str | None:
@@ -259,3 +270,96 @@ def other_clique_reason(gang: Gang, home: str, clique: str | None) -> str:
     """Filter reason for a node outside the gang's clique (with `filter_other_cliques`)."""
     where = f"clique {clique}" if clique else "no NVLink clique"
     return f"gang {gang.key} is placed in NVLink clique {home}; this node is in {where}"
+
+
+class Gangs:
+    """The gang terms of one placement: node cliques per index generation and the gangs' placed
+    members per claims generation, cached (placement's worker thread only)."""
+
+    def __init__(
+        self,
+        settings: GangSettings,
+        *,
+        state: ClusterState,
+        index: Callable[[], DeviceIndex],
+        assumed: AssumeCache,
+        seen: Callable[[str], Obj | None],
+    ) -> None:
+        self.settings = settings
+        self._state = state
+        self._index = index
+        self._assumed = assumed
+        self._seen = seen
+        self._cliques: tuple[int, dict[str, str]] = (-1, {})  # (index generation, node -> clique)
+        self._gang_pods: tuple[int, dict[str, dict[str, str]]] = (-1, {})  # (claims gen, key -> uid -> node)
+
+    def node_cliques(self) -> dict[str, str]:
+        """node -> multi-node NVLink clique, per index generation."""
+        index = self._index()
+        if self._cliques[0] != index.generation:
+            devices = {name: block.devices for name, block in index.blocks.items()}
+            self._cliques = (index.generation, node_cliques(index.nodes, devices, self.settings))
+        return self._cliques[1]
+
+    def members(self, member: Gang, pod_uid: str) -> dict[str, str]:
+        """pod uid -> node of the gang's other members, bound (in the state) or assumed (bind)."""
+        generation = self._state.claims_generation
+        if self._gang_pods[0] != generation:
+            by_gang: dict[str, dict[str, str]] = {}
+            for pod in self._state.iter("Pod"):
+                node = (pod.get("spec") or {}).get("nodeName")
+                if not node:
+                    continue
+                other = gang_of(pod, self.settings)
+                if other is not None:
+                    by_gang.setdefault(other.key, {})[str((pod.get("metadata") or {}).get("uid", ""))] = node
+            self._gang_pods = (generation, by_gang)
+        members = dict(self._gang_pods[1].get(member.key, {}))
+        assumed = self._assumed.pod_nodes()
+        if assumed:
+            for pod in self._candidates(assumed):
+                other = gang_of(pod, self.settings)
+                if other is not None and other.key == member.key:
+                    uid = str((pod.get("metadata") or {}).get("uid", ""))
+                    members.setdefault(uid, assumed[uid])
+        members.pop(pod_uid, None)
+        return members
+
+    def _candidates(self, assumed: dict[str, str]) -> list[Obj]:
+        """Pods behind assumed bindings: from the pods seen in filter, else the state."""
+        found = [pod for uid in assumed if (pod := self._seen(uid)) is not None]
+        if len(found) < len(assumed):
+            found.extend(
+                p for p in self._state.iter("Pod") if (p.get("metadata") or {}).get("uid") in assumed
+            )
+        return found
+
+    def with_term(self, pod: Obj, passed: list[str], by_node: dict[str, int]) -> dict[str, int]:
+        """Prioritize's 0..10 per node with the clique term of a gang member (`weight` > 0)."""
+        member = gang_of(pod, self.settings)
+        if member is None or not passed:
+            return by_node
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        cliques = self.node_cliques()
+        placed = self.members(member, uid).values()
+        terms = clique_scores(member, passed, cliques, placed)
+        if terms is None:
+            return by_node
+        weight = self.settings.weight
+        return {name: combine(by_node.get(name, 0), terms[name], weight) for name in passed}
+
+    def outside_clique(self, pod: Obj, node_names: list[str]) -> dict[str, str]:
+        """Nodes outside a placed gang's clique -> reason (setting `gang_filter_other_cliques`)."""
+        member = gang_of(pod, self.settings)
+        if member is None:
+            return {}
+        cliques = self.node_cliques()
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        home = home_clique(cliques, self.members(member, uid).values())
+        if home is None:
+            return {}
+        return {
+            name: other_clique_reason(member, home, cliques.get(name))
+            for name in node_names
+            if cliques.get(name) != home
+        }

@@ -31,7 +31,9 @@ import numpy as np
 
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
+from extender.allocator.results import ClaimAllocation
 from extender.allocator.taints import all_tolerated
+from extender.core import reasons
 from extender.index.snapshot import DeviceIndex
 from extender.topology import (
     NodePartitions,
@@ -254,9 +256,25 @@ def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.nda
             have = np.bincount(index.row_node[selected], minlength=num_nodes)[positions]
             for i in np.flatnonzero(have < spec.count):
                 if not out[i]:
-                    what = f"{spec.count} device(s) of class {spec.class_name}"
-                    out[i] = f"claim {claim.ref}, request {spec.name}: {what}"
+                    out[i] = reasons.shortage(claim.ref, spec.name, spec.count, spec.class_name)
     return out
+
+
+def preference(specs: list[ClaimSpec], allocations: list[ClaimAllocation]) -> float:
+    """Upstream's prioritized-list score, sum over firstAvailable requests of (8 - index of the
+    chosen subrequest), divided by its maximum (8 per such request): 1.0 when every request got
+    its first choice, and for pods without prioritized lists."""
+    score = 0
+    requests = 0
+    for spec, allocation in zip(specs, allocations, strict=False):
+        chosen = {r.parent: r.request for r in allocation.devices if r.parent}
+        for request in spec.requests:
+            if request.first_available:
+                requests += 1
+                if request.name in chosen:
+                    names = [s.name for s in request.first_available]
+                    score += 8 - names.index(chosen[request.name])
+    return score / (8 * requests) if requests else 1.0
 
 
 def combine(parts: np.ndarray, preference: np.ndarray, settings: TopologySettings) -> np.ndarray:

@@ -474,17 +474,12 @@ def _annotate(span: trace.Span, request: web.Request, outcome: _Outcome, status:
         span.set_status(Status(StatusCode.ERROR, outcome.error or f"HTTP {status}"))
 
 
-def _index_generation(placement: object) -> int | None:
-    """The device index generation, if the service tells (`generation()` -> int or (devices, ...))."""
-    method = getattr(placement, "generation", None)
-    if not callable(method):
-        return None
+def _index_generation(placement: PlacementService) -> int | None:
+    """The device index generation (the first of `generation()`), None if it cannot be read."""
     try:
-        value = method()
+        return placement.generation()[0]
     except Exception:
         return None
-    value = value[0] if isinstance(value, tuple) and value else value
-    return value if isinstance(value, int) else None
 
 
 def _log_call(outcome: _Outcome, status: int, duration: float) -> None:
@@ -538,9 +533,9 @@ def make_app(
     Args:
         settings: the effective settings (body size limit and read timeout, the verbs' deadline).
         placement: answers filter and prioritize, and says whether the state is ready; its
-            state (index size, CEL counters, ...) is exported by a scrape-time collector. Its
-            `worker` (a `PlacementWorker`), when it has one, runs the verb work; otherwise the
-            app makes a worker thread of its own and closes it on cleanup.
+            `stats()` (index size, CEL counters, ...) are exported by a scrape-time collector.
+            Its `worker`, when not None, runs the verb work; otherwise the app makes a worker
+            thread of its own and closes it on cleanup.
         binder: answers bind.
         registry: where to register the metrics; None creates a private registry that also
             carries the process and platform collectors.
@@ -563,8 +558,8 @@ def make_app(
     app[METRICS_KEY] = Metrics.create(registry, placement=placement)
     app[TRACING_KEY] = _tracing_for(tracer_provider)
     app[_NOTICES_KEY] = set()
-    worker = getattr(placement, "worker", None)
-    if not isinstance(worker, PlacementWorker):  # a service without its own thread: the app's
+    worker = placement.worker
+    if worker is None:  # a service without its own thread: the app's
         worker = PlacementWorker()
         app.on_cleanup.append(lambda _: _close(worker))
     app[WORKER_KEY] = worker

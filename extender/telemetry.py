@@ -21,10 +21,10 @@ import contextvars
 import datetime
 import logging
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import orjson
@@ -37,12 +37,15 @@ from prometheus_client.registry import Collector
 from extender import __version__, verdicts
 from extender.errors import KubeAPIError
 from extender.settings import Settings
+from extender.verdicts import PlacementService, PlacementStats
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is configured
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 TRACER_NAME = "dra-topology-extender"
 DEFAULT_SERVICE_NAME = "dra-topology-extender"
@@ -236,7 +239,7 @@ class Metrics:
     bind_outcomes: Counter
 
     @classmethod
-    def create(cls, registry: CollectorRegistry, *, placement: object | None = None) -> Metrics:
+    def create(cls, registry: CollectorRegistry, *, placement: PlacementService | None = None) -> Metrics:
         """Register the collectors on `registry` (once per registry).
 
         Args:
@@ -295,7 +298,7 @@ class Metrics:
             ),
         )
         if placement is not None:
-            registry.register(StateCollector(placement))
+            registry.register(StateCollector(ready=placement.ready, stats=placement.stats))
         return metrics
 
 
@@ -318,52 +321,50 @@ def bind_reason(outcome: verdicts.BindOutcome | BaseException) -> str:
 class StateCollector(Collector):
     """Gauges and counters read from the placement service at scrape time (no hot-path bookkeeping).
 
-    Reads, each only if present (test doubles and other services may lack them): `ready()`,
-    `index()` (nodes, device rows, generation, and the CEL counters of `index().evaluator`; only
-    while ready, since it may build the index), `assumed` (its `len`), `kernel_seconds_total`,
-    `kernel_calls_total` and `source_stats()`. A failing read is logged and skipped: a scrape
-    never fails because of the state it reports on. Runs on the event loop (inside /metrics).
+    Reads `ready()` and `stats()` (a `PlacementStats`): the index (nodes, device rows, generation,
+    and the CEL counters of its evaluator; only while ready), the assumed allocations (when the
+    service has an AssumeCache), the kernel totals and the watch source's stats (kube mode). A
+    failing read is logged and skipped: a scrape never fails because of the state it reports on.
+    Runs on the event loop (inside /metrics).
     """
 
-    def __init__(self, placement: object) -> None:
-        self._placement = placement
+    def __init__(self, *, ready: Callable[[], bool], stats: Callable[[], PlacementStats]) -> None:
+        self._ready = ready
+        self._stats = stats
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so registering does not call into placement (which may build the index).
         return []
 
     def collect(self) -> Iterable[Metric]:
-        placement = self._placement
-        ready = _call(placement, "ready")
+        ready = _read(self._ready, "ready")
         if ready is not None:
             yield _gauge(
                 "dra_extender_ready", "1 when the cluster state is loaded/synced, else 0.", float(bool(ready))
             )
-        # `current_index()` never builds one (the build belongs on the placement worker thread).
-        reader = "current_index" if callable(getattr(placement, "current_index", None)) else "index"
-        index = _call(placement, reader) if ready else None
-        if index is not None:
-            yield from self._index_metrics(index)
-        assumed = getattr(placement, "assumed", None)
-        if assumed is not None:
+        stats = _read(self._stats, "stats")
+        if stats is None:
+            return
+        # `stats().index` is the index as last built: a scrape never builds one (that belongs on
+        # the placement worker thread).
+        if ready and stats.index is not None:
+            yield from self._index_metrics(stats.index)
+        if stats.assumed is not None:
             yield _gauge(
                 "dra_extender_assumed_allocations",
                 "Claim allocations chosen by this process whose writes are still in flight.",
-                len(assumed),
+                stats.assumed,
             )
         yield _counter(
             "dra_extender_kernel_seconds",
             "Time spent in the topology scoring kernels.",
-            float(getattr(placement, "kernel_seconds_total", 0) or 0),
+            float(stats.kernel_seconds),
         )
         yield _counter(
-            "dra_extender_kernel_calls",
-            "Calls of the topology scoring kernels.",
-            float(getattr(placement, "kernel_calls_total", 0) or 0),
+            "dra_extender_kernel_calls", "Calls of the topology scoring kernels.", float(stats.kernel_calls)
         )
-        stats = _call(placement, "source_stats")
-        if isinstance(stats, Mapping):
-            yield from self._source_metrics(stats)
+        if stats.source is not None:
+            yield from self._source_metrics(stats.source)
 
     @staticmethod
     def _index_metrics(index: Any) -> Iterator[Metric]:
@@ -435,10 +436,7 @@ class StateCollector(Collector):
             )
 
 
-def _call(target: object, name: str) -> Any:
-    method = getattr(target, name, None)
-    if not callable(method):
-        return None
+def _read(method: Callable[[], T], name: str) -> T | None:
     try:
         return method()
     except Exception:

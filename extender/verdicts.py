@@ -1,13 +1,18 @@
 """What the verbs answer, independent of HTTP: the contract between server and placement.
 
-`server.py` turns these into the kube-scheduler extender wire types; `placement.py` and
+`server.py` turns these into the kube-scheduler extender wire types; `core/placement.py` and
 `binder.py` produce them. Keeping them here lets both sides be tested alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from extender.index.snapshot import DeviceIndex
+    from extender.worker import PlacementWorker
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +38,24 @@ class HostScore:
     score: int
 
 
+@dataclass(frozen=True, slots=True)
+class PlacementStats:
+    """What /metrics reads about placement at scrape time (`telemetry.StateCollector`)."""
+
+    index: DeviceIndex | None  # the index as last built (None before the first build)
+    assumed: int | None  # claim allocations chosen whose writes are still in flight (None: no cache)
+    kernel_seconds: float = 0.0  # time inside the topology kernels since start
+    kernel_calls: int = 0
+    source: Mapping[str, Any] | None = None  # the watch source's `stats()` (kube mode), else None
+
+
 class PlacementService(Protocol):
     """What the HTTP layer needs from the placement core."""
+
+    @property
+    def worker(self) -> PlacementWorker | None:
+        """The thread the verb work runs on; None: the app makes one of its own."""
+        ...
 
     def ready(self) -> bool:
         """True once the cluster state is loaded (file mode) or synced (cluster mode)."""
@@ -46,6 +67,14 @@ class PlacementService(Protocol):
 
     def prioritize(self, pod: dict[str, Any], node_names: list[str]) -> list[HostScore]:
         """Score each node 0..10; nodes that fail filter score 0."""
+        ...
+
+    def generation(self) -> tuple[int, int, int]:
+        """(devices, claims, assumed) generations of the state the verdicts are about."""
+        ...
+
+    def stats(self) -> PlacementStats:
+        """What /metrics reports; called on the event loop at scrape time (must not build the index)."""
         ...
 
 

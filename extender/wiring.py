@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.index import selecting
-from extender.placement import Placement
 from extender.settings import Settings
 from extender.worker import PlacementWorker
 
@@ -103,7 +103,7 @@ def build_kube_services(
     # `is_closed`); the worker offers both, so the writes run on the worker thread.
     worker: Any = placement.worker
     source = watch.KubeSource(state, settings, api_client=api_client, loop=worker)
-    placement.source_stats = source.stats  # type: ignore[attr-defined]  # read by telemetry
+    placement.set_source_stats(source.stats)  # reported by /metrics with the placement's stats
     selecting.set_result_cache_size(settings.cel_result_cache_size)
     prepare_kernels(settings)
     elector = None

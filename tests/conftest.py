@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.server import make_app
 from extender.settings import Settings
-from extender.verdicts import OK, BindOutcome, FilterVerdict, HostScore
+from extender.verdicts import OK, BindOutcome, FilterVerdict, HostScore, PlacementStats
 from tests.fakeapi.server import FakeApiServer
 
 
@@ -28,8 +28,16 @@ class FakePlacement:
         self.raises: Exception | None = None
         self.calls: list[tuple[str, dict[str, Any], list[str]]] = []
 
+    worker = None  # the app runs the verbs on a worker thread of its own
+
     def ready(self) -> bool:
         return self.is_ready
+
+    def generation(self) -> tuple[int, int, int]:
+        return (0, 0, 0)
+
+    def stats(self) -> PlacementStats:
+        return PlacementStats(index=None, assumed=None)
 
     def filter(self, pod: dict[str, Any], node_names: list[str]) -> FilterVerdict:
         self.calls.append(("filter", pod, list(node_names)))

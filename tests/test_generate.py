@@ -17,7 +17,7 @@ import orjson
 
 from extender.cluster.loading import load_state_paths
 from extender.cluster.state import ClusterState
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.settings import Settings
 from extender.wiring import build_services
 from loadtests.fleet import FLEET, MIXED_SHAPES, NODE_TYPE_LABEL, fleet_counts, generate_mixed_cluster

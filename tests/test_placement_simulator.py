@@ -17,7 +17,7 @@ import pytest
 
 from bench import placement as sim
 from bench import topology_cluster as tc
-from extender.placement import Placement
+from extender.core.placement import Placement
 
 NODES, JOBS, SEED = 12, 150, 3
 #: Attributes that put devices in one `nvlink` group in the generated cluster, per DEFAULT_DRIVERS.

@@ -60,24 +60,18 @@ from kubernetes import client
 
 from extender import telemetry
 from extender.binder import DELETE_PROTECTION_FINALIZER
-from extender.claims import (
-    RESERVED_FOR_MAX,
-    allocation_fits_node,
-    claim_ref,
-    resolve_pod_claims,
-    same_devices,
-)
+from extender.claims import RESERVED_FOR_MAX, same_devices
 from extender.cluster.state import ClusterState
+from extender.core import binding
+from extender.core.placement import Placement
 from extender.errors import KubeAPIError
 from extender.kube import api
-from extender.placement import PASSED, Placement
 from extender.verdicts import (
     ALLOCATED_ELSEWHERE,
     API_ERROR,
     CLAIM_GONE,
     CONFLICT,
     NO_FIT,
-    NODE_GONE,
     NOT_LEADER,
     OK,
     POD_GONE,
@@ -267,37 +261,21 @@ class KubeBinder:
         evaluation and the `assume` calls.
         """
         self._prune_assumed()
-        ref = _pod_ref(pod)
-        claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
-        if claims.problem:
-            raise BindFailure(claims.problem, _problem_reason(claims.problem))
-        index = self._placement.index()
-        node_obj = index.nodes.get(node)
-        if node_obj is None:
-            raise BindFailure(f"node {node} does not exist (not in the watched cluster state)", NODE_GONE)
         writes: list[_ClaimWrite] = []
-        for claim in claims.allocated:
-            if not allocation_fits_node(claim, node_obj):
-                raise BindFailure(f"resourceclaim {claim_ref(claim)} not available on node {node}", NO_FIT)
+
+        def admit(claim: Obj) -> None:
             write = self._reservation(claim, consumer)
             if write is not None:
                 writes.append(write)
-        if not claims.pending:
-            return writes, []
-        evaluation = self._placement.evaluate(pod, [node])
-        if evaluation.error:
-            raise BindFailure(f"pod {ref}: {evaluation.error}", NO_FIT)
-        verdict = evaluation.verdicts.get(node)
-        if verdict is None or verdict.status != PASSED:
-            why = verdict.reason if verdict is not None else "not evaluated"
-            raise BindFailure(f"pod {ref} cannot be bound to node {node}: {why}", NO_FIT)
-        allocations = self._placement.choose_allocations(evaluation, node)
-        if allocations is None:
-            raise BindFailure(f"pod {ref}: cannot allocate all claims on node {node}", NO_FIT)
-        if len(allocations) != len(evaluation.claims.pending):
-            raise BindFailure(f"pod {ref}: the allocator returned no allocation for some claims", NO_FIT)
+
+        try:
+            choice = self._placement.choose_for_bind(
+                pod, node, wording=binding.WATCHED, admit_allocated=admit
+            )
+        except binding.BindRefusal as exc:
+            raise BindFailure(exc.message, exc.reason) from None
         assumed: list[str] = []
-        for claim, chosen in zip(evaluation.claims.pending, allocations, strict=True):
+        for claim, chosen in zip(choice.claims.pending, choice.allocations, strict=True):
             meta = claim.get("metadata") or {}
             claim_uid = meta.get("uid", "")
             self._placement.assumed.assume(claim_uid, chosen.allocation, pod_uid=consumer["uid"])
@@ -461,7 +439,7 @@ class KubeBinder:
         if pod is not None and uid and (pod.get("metadata") or {}).get("uid") not in (None, "", uid):
             pod = None
         if pod is None and uid:
-            pod = self._placement.pods_seen.get(uid)
+            pod = self._placement.seen_pod(uid)
             if pod is not None and _pod_ref(pod) != f"{namespace}/{name}":
                 raise BindFailure(
                     f"pod UID {uid} was seen in filter as pod {_pod_ref(pod)}, but bind names pod "
@@ -612,12 +590,6 @@ def _check_claim(write: _ClaimWrite, claim: Obj) -> None:
         raise BindFailure(f"resourceclaim {write.ref} was deleted and re-created", CLAIM_GONE)
     if meta.get("deletionTimestamp"):
         raise BindFailure(f'resourceclaim "{write.name}" is being deleted', CLAIM_GONE)
-
-
-def _problem_reason(problem: str) -> str:
-    """Reason of a pod-level claim problem from `resolve_pod_claims` (its fixed messages)."""
-    gone = ("not created yet", "not found", "is being deleted")
-    return CLAIM_GONE if any(marker in problem for marker in gone) else NO_FIT
 
 
 def _reserved(status: Obj, pod_uid: str) -> bool:

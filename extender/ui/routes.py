@@ -13,7 +13,7 @@ from aiohttp import web
 
 from extender import explaining
 from extender.claims import pod_ref
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.server import WORKER_KEY
 from extender.ui import fleet
 from extender.ui.decisions import DecisionLog, recording_middleware
@@ -45,6 +45,7 @@ def add_dashboard(app: web.Application, placement: Placement, *, decisions: int 
     log_ = DecisionLog(decisions)
     app[DECISIONS_KEY] = log_
     app[UI_PLACEMENT_KEY] = placement
+
     async def score_terms(pod: Obj, names: list[str]) -> dict[str, Obj]:
         return await app[WORKER_KEY].run(_terms, placement, pod, names, timeout=_READ_TIMEOUT)
 

@@ -166,7 +166,7 @@ def placement_and_pod(
     """
     from extender.assumed import AssumeCache
     from extender.cluster.state import ClusterState
-    from extender.placement import Placement
+    from extender.core.placement import Placement
 
     objects: list[Obj] = [{**n, "kind": "Node"} for n in nodes]
     objects += [{**s, "kind": "ResourceSlice"} for s in slices]

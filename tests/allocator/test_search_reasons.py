@@ -12,13 +12,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import extender.placement
+import extender.core.searching
 from extender.allocator.allocating import SearchStats
 from extender.allocator.counters import PoolCounters, nano_units
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.model import DeviceID, parse_slice
 from extender.allocator.pools import gather_pools
+from extender.core.tiers import FirstFitTier
 from extender.quantity import Quantity
 from tests.allocator.builders import (
     NODE,
@@ -52,22 +53,18 @@ def _holder(devices: list[str]) -> dict:
 
 def _filter_counting_searches(monkeypatch: Any, claims: list[dict], held: list[dict]) -> tuple[Any, int]:
     calls = 0
-    real = extender.placement.allocate
+    real = extender.core.searching.allocate
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
         calls += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(extender.placement, "allocate", counting)
+    monkeypatch.setattr(extender.core.searching, "allocate", counting)
     # These tests are about the search's own reasons: keep the first-fit kernel tier (which
     # decides such nodes with no search at all) out of the way, so the search sees the node.
-    monkeypatch.setattr(
-        extender.placement.Placement,
-        "_decide_by_first_fit",
-        lambda self, evaluation, index, free, names: names,
-    )
     placement, pod = placement_and_pod(_partitions(3), CLASSES, claims, held=held)
+    placement.tiers = tuple(tier for tier in placement.tiers if not isinstance(tier, FirstFitTier))
     return placement.filter(pod, ["node-1"]), calls
 
 

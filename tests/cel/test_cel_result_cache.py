@@ -19,6 +19,7 @@ from extender.index import selecting
 from extender.index.selecting import CachingEvaluator
 from extender.settings import load_settings
 from extender.telemetry import StateCollector
+from extender.verdicts import PlacementStats
 
 
 def device(i: int) -> Device:
@@ -124,7 +125,7 @@ def test_metrics_report_cached_expressions_and_evictions() -> None:
     for n in range(5):
         evaluator.evaluate(selector(n), device(0))
     index: Any = SimpleNamespace(node_names=[], num_rows=0, generation=1, evaluator=evaluator)
-    placement = SimpleNamespace(ready=lambda: True, index=lambda: index)
-    samples = {s.name: s.value for family in StateCollector(placement).collect() for s in family.samples}
+    collector = StateCollector(ready=lambda: True, stats=lambda: PlacementStats(index=index, assumed=None))
+    samples = {s.name: s.value for family in collector.collect() for s in family.samples}
     assert samples["dra_extender_cel_result_cache_expressions"] == 2
     assert samples["dra_extender_cel_result_cache_evictions_total"] == 3

@@ -18,7 +18,7 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.claims import ADMIN_ACCESS_LABEL
 from extender.cluster.state import ClusterState
-from extender.placement import Placement
+from extender.core.placement import Placement
 from tests.conformance.test_upstream_allocator_cases import CASES, INTERRUPT_CAUSES, PREFIX_ONLY
 
 POD_UID = "00000000-0000-0000-0000-00000000cafe"

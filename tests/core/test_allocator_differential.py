@@ -5,10 +5,10 @@ counters, taints, capacities, devices held by other claims) and pods (claims wit
 requests, selectors, tolerations, matchAttribute/distinctAttribute, now and then a
 firstAvailable or capacity request), every node is decided by:
 
-- the exact search (`Placement._search_node`, upstream's allocator): the reference;
+- the exact search (`SearchTier.verdict`, upstream's allocator): the reference;
 - the vectorised Hall check (`feasibility.check`), on the nodes it claims to decide, both
   with the devices currently free (`fits`) and with everything free (`fits_if_free`);
-- the kernel tier (`Placement._decide_by_kernel`), on the nodes it decides;
+- the kernel tier (`KernelTier.settle`), on the nodes it decides;
 - `Placement.filter` end to end.
 
 A disagreement is a bug in a fast tier (or in the search). CI runs a fixed, derandomised set of
@@ -32,8 +32,11 @@ from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core import tiers
+from extender.core.placement import Placement
+from extender.core.reasons import PASSED
+from extender.core.tiers import KernelTier, SearchTier
 from extender.errors import AllocationError
-from extender.placement import PASSED, Placement
 
 EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "120"))
 DERANDOMIZE = os.environ.get("DIFFERENTIAL_RANDOM", "") != "1"
@@ -216,36 +219,40 @@ def _placement(objects: list[Obj]) -> Placement:
 def test_fast_tiers_agree_with_the_search(case: tuple[list[Obj], Obj, list[str]]) -> None:
     objects, pod, nodes = case
     placement = _placement(objects)
-    evaluation = placement._new_evaluation(pod)
+    search_node = SearchTier(placement.search).verdict
+    evaluation = placement.new_evaluation(pod)
     assert not evaluation.problem, evaluation.problem
     index = placement.index()
     allocated, free = placement.allocated_state()
     try:
-        placement._decide_pending(placement._new_evaluation(pod), index, [])  # pod-level validation only
+        tiers.run(
+            placement.new_evaluation(pod),
+            index,
+            [],
+            view=placement.view,
+            tiers=placement.tiers,
+            budget=placement.search.budget,
+        )  # pod-level validation only
     except AllocationError:
         return  # invalid for every node alike (tested in tests/allocator/test_error_order.py)
     deadline = float("inf")
 
-    truth = {
-        n: placement._search_node(evaluation, index, n, allocated, deadline).status == PASSED for n in nodes
-    }
+    truth = {n: search_node(evaluation, index, n, allocated, deadline).status == PASSED for n in nodes}
 
     requests = feasibility.simple_requests(evaluation.specs)
     if requests is not None:
         positions = np.array([index.node_pos[n] for n in nodes], dtype=np.int64)
         result = feasibility.check(index, requests, free, positions)
-        empty = placement._new_evaluation(pod)
+        empty = placement.new_evaluation(pod)
         for i, node in enumerate(nodes):
             if result.needs_search[i]:
                 continue
             assert bool(result.fits[i]) == truth[node], ("vectorised", node)
-            fits_if_free = (
-                placement._search_node(empty, index, node, AllocatedState(), deadline).status == PASSED
-            )
+            fits_if_free = search_node(empty, index, node, AllocatedState(), deadline).status == PASSED
             assert bool(result.fits_if_free[i]) == fits_if_free, ("vectorised, all free", node)
 
-    kernel = placement._new_evaluation(pod)
-    undecided = set(placement._decide_by_kernel(kernel, index, free, list(nodes)))
+    kernel = placement.new_evaluation(pod)
+    undecided = set(KernelTier(placement.ranker).settle(kernel, placement.view.snapshot(), list(nodes)))
     for node in nodes:
         if node not in undecided:
             assert (kernel.verdicts[node].status == PASSED) == truth[node], ("kernel", node)

@@ -14,7 +14,8 @@ from typing import Any
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.placement import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
+from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
+from extender.core.tiers import SearchTier
 from tests.core.test_fast_tiers_property import DRIVER, RecordingPlacement, device
 
 CLASS = {
@@ -92,7 +93,7 @@ def decide(objects: list[dict[str, Any]]) -> tuple[RecordingPlacement, dict[str,
 def search_verdict(placement: RecordingPlacement, name: str) -> NodeVerdict:
     evaluation = placement.evaluate(POD, [name])
     allocated, _ = placement.allocated_state()
-    return placement._search_node(evaluation, placement.index(), name, allocated, float("inf"))
+    return SearchTier(placement.search).verdict(evaluation, placement.index(), name, allocated, float("inf"))
 
 
 def test_partitions_pass_fail_in_use_or_do_not_exist_with_the_searchs_reasons() -> None:

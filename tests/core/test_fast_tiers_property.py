@@ -25,8 +25,11 @@ from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
+from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
+from extender.core.searching import Classes
+from extender.core.tiers import FirstFitTier, SearchTier
 from extender.errors import AllocationError
-from extender.placement import FAILED, PASSED, UNRESOLVABLE, NodeVerdict, Placement, _Classes
 
 DRIVER = "gpu.example.com"
 POD_UID = "pod-uid"
@@ -38,9 +41,19 @@ class RecordingPlacement(Placement):
 
     decided_by_first_fit: set[str]
 
-    def _decide_by_first_fit(self, evaluation, index, free, names):  # type: ignore[no-untyped-def]
-        left = super()._decide_by_first_fit(evaluation, index, free, names)
-        self.decided_by_first_fit.update(set(names) - set(left))
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.decided_by_first_fit = set()
+        self.tiers = tuple(_RecordingFirstFit(self) if isinstance(t, FirstFitTier) else t for t in self.tiers)
+
+
+class _RecordingFirstFit(FirstFitTier):
+    def __init__(self, placement: RecordingPlacement) -> None:
+        self.placement = placement
+
+    def decide(self, evaluation, view, names, deadline):  # type: ignore[no-untyped-def]
+        left = super().decide(evaluation, view, names, deadline)
+        self.placement.decided_by_first_fit.update(set(names) - set(left))
         return left
 
 
@@ -187,6 +200,7 @@ def check_one(seed: int) -> int:
     }
     state = ClusterState.from_objects(objects + claims)
     placement = RecordingPlacement(state, features=Features.from_gates(), assumed=AssumeCache())
+    search_node = SearchTier(placement.search).verdict
     placement.decided_by_first_fit = set()
     nodes = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"]
     verdict = placement.filter(pod, nodes)
@@ -200,7 +214,7 @@ def check_one(seed: int) -> int:
         raised = []
         for name in nodes:
             try:
-                placement._search_node(evaluation, index, name, allocated, deadline=float("inf"))
+                search_node(evaluation, index, name, allocated, deadline=float("inf"))
             except AllocationError as exc:
                 raised.append(str(exc))
         assert evaluation.problem in raised
@@ -208,16 +222,16 @@ def check_one(seed: int) -> int:
     for name in nodes:
         fast = evaluation.verdicts[name]
         try:
-            reference = placement._search_node(evaluation, index, name, allocated, deadline=float("inf"))
+            reference = search_node(evaluation, index, name, allocated, deadline=float("inf"))
         except AllocationError as exc:
             reference = NodeVerdict(UNRESOLVABLE, str(exc))
         if fast.status != reference.status:
             # The search words "in use" whenever it turned away a device other claims hold (one
-            # search per node, `Placement._search_node`), even where the claims would not fit with
+            # search per node, `SearchTier.verdict`), even where the claims would not fit with
             # nothing held; the kernel tier checks "with nothing held" exactly. Only that direction
             # may differ, and a search with nothing held must confirm the kernel's answer.
             assert (fast.status, reference.status) == (UNRESOLVABLE, FAILED), (name, fast, reference)
-            nothing = placement._run_allocator(evaluation.specs, index, name, AllocatedState(), float("inf"))
+            nothing = placement.search.run(evaluation.specs, index, name, AllocatedState(), float("inf"))
             assert nothing is None, (name, fast, reference)
             continue
         if name not in placement.decided_by_first_fit:
@@ -225,7 +239,7 @@ def check_one(seed: int) -> int:
         assert fast == reference, (name, fast, reference)
         if fast.status != PASSED:
             continue
-        upstream = placement._run_allocator(evaluation.specs, index, name, allocated, float("inf"))
+        upstream = placement.search.run(evaluation.specs, index, name, allocated, float("inf"))
         assert upstream is not None
         chosen, _ = evaluation.first_fit_sets.gather([name])
         kernel_devices = [index.row_device[row].id for row in chosen[0] if row >= 0]
@@ -245,7 +259,7 @@ def check_one(seed: int) -> int:
             node=index.nodes[name],
             pools=pools,
             features=placement.features,
-            classes=_Classes(index),
+            classes=Classes(index),
             allocated=allocated,
             evaluator=index.evaluator,
         )

@@ -16,8 +16,8 @@ from extender.claims import collect_allocated
 from extender.cluster import state as state_module
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.held import HeldLedger
-from extender.placement import Placement
 
 Obj = dict[str, Any]
 FEATURES = Features.from_gates()

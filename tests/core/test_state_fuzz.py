@@ -34,9 +34,9 @@ from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
 from extender.cluster.loading import load_state_paths
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.errors import StateLoadError
 from extender.kube import watch as kube
-from extender.placement import Placement
 from extender.server import make_app
 from extender.settings import Settings
 from extender.validation import InvalidObject, problems, validate

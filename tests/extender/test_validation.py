@@ -27,9 +27,9 @@ from extender.assumed import AssumeCache
 from extender.cluster.loading import load_state_paths
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.errors import StateLoadError
 from extender.explaining import load_pods
-from extender.placement import Placement
 from extender.validation import InvalidObject, problems, validate
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -70,7 +70,7 @@ async def test_filter_other_cliques_names_the_gang_and_its_clique(aiohttp_client
     assert first in RACK_B and set(filtered["NodeNames"]) == set(RACK_A[1:] + RACK_B)  # nothing placed yet
     _, filtered = await _schedule(client, copy.deepcopy(GANG[1]), nodes)
     assert set(filtered["NodeNames"]) == set(RACK_B) - {first}
-    clique_b = placement.node_cliques()[first]
+    clique_b = placement.gangs.node_cliques()[first]
     reason = filtered["FailedAndUnresolvableNodes"]["gb200-rack-a-02"]
     assert "nvl-racks/jobset:train-gang/worker" in reason and clique_b in reason
 

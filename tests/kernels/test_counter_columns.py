@@ -19,8 +19,9 @@ from extender.allocator.allocating import _Search
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
+from extender.core.searching import Classes
 from extender.index.counters import counter_columns, milli
-from extender.placement import Placement, _Classes
 from extender.quantity import Quantity
 from tests.core.test_fast_tiers_property import make_cluster
 
@@ -46,7 +47,7 @@ def test_columns_equal_the_allocators_counters(seed: int) -> None:
     for position, name in enumerate(index.node_names):
         pools = index.pools[name]
         search = _Search(
-            [], index.nodes[name], pools, index.features, _Classes(index), allocated, index.evaluator
+            [], index.nodes[name], pools, index.features, Classes(index), allocated, index.evaluator
         )
         ids = range(columns.counter_start[position], columns.counter_start[position + 1])
         names = columns.counter_names(position)

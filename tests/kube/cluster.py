@@ -18,9 +18,9 @@ from typing import Any
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.kube.binder import KubeBinder, LeaderView
 from extender.kube.watch import KubeSource
-from extender.placement import Placement
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer
 

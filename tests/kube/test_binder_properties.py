@@ -59,9 +59,9 @@ from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.kube import api as kube_api
 from extender.kube.binder import KubeBinder
-from extender.placement import Placement
 from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.fakeapi.store import BY_KIND, ApiError, Store

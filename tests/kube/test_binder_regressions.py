@@ -45,9 +45,9 @@ from extender.allocator.model import DeviceID
 from extender.assumed import AssumeCache
 from extender.claims import collect_allocated, same_devices
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.kube import api as kube_api
 from extender.kube.binder import KubeBinder, _write_seen
-from extender.placement import Placement
 from extender.verdicts import NO_FIT, OK
 from tests.fakeapi.store import Store
 from tests.kube.cluster import NAMESPACE, allocation

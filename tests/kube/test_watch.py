@@ -120,7 +120,7 @@ async def test_initial_sync_makes_placement_ready(services):
     assert set(stats["relists"]) == {k.kind for k in kube.WATCHED_KINDS}
     assert stats["relists"]["Node"] == 0
     assert all(age >= 0 for age in stats["last_event_age_seconds"].values())
-    assert placement.source_stats()["synced"] is True
+    assert placement.stats().source["synced"] is True
 
 
 async def test_readyz_follows_the_initial_list_through_the_app(seeded, aiohttp_client):

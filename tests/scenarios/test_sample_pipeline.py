@@ -19,8 +19,8 @@ from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER, InMemoryBinder
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
+from extender.core.placement import Placement
 from extender.explaining import explain, load_pods
-from extender.placement import Placement
 
 PODS_FILE = Path(__file__).resolve().parents[1] / "data" / "pipeline_pods.yaml"
 EXPECTED = "test.dra-extender.io/expected-nodes"

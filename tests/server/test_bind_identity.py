@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
-from extender.placement import PODS_SEEN_SIZE
+from extender.core.evaluation import PODS_SEEN_SIZE
 from extender.server import make_app
 from extender.settings import Settings
 from extender.wiring import build_services

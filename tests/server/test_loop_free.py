@@ -138,14 +138,14 @@ async def test_overrunning_evaluation_of_the_real_placement_leaves_a_correct_cac
     expected = reference.filter(SAMPLE_POD, SAMPLE_NODES)
     assert expected.passed == ["h100-node-01"]  # the sample's truth, so the comparison means something
 
-    original = placement._new_evaluation
+    original = placement.new_evaluation
     gate = threading.Event()
 
     def slow_evaluation(pod: dict[str, Any]) -> Any:
         gate.wait(SLOW_SECONDS)
         return original(pod)
 
-    placement._new_evaluation = slow_evaluation  # type: ignore[method-assign]
+    placement.new_evaluation = slow_evaluation  # type: ignore[method-assign]
     app = make_app(Settings(filter_timeout_seconds=0.3), placement=placement, binder=binder)
     client = await aiohttp_client(app)
     body = orjson.dumps({"Pod": SAMPLE_POD, "NodeNames": SAMPLE_NODES})
@@ -156,7 +156,7 @@ async def test_overrunning_evaluation_of_the_real_placement_leaves_a_correct_cac
     answer = await (await first).json()
     assert "did not finish within 0.3 s" in answer["Error"]
     gate.set()
-    placement._new_evaluation = original  # type: ignore[method-assign]
+    placement.new_evaluation = original  # type: ignore[method-assign]
     answer = await (await client.post("/filter", data=body)).json()
     assert answer["Error"] == ""
     assert answer["NodeNames"] == expected.passed

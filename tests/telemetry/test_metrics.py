@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from extender.errors import KubeAPIError
 from extender.server import make_app
 from extender.settings import Settings
-from extender.verdicts import BIND_REASONS, BindOutcome
+from extender.verdicts import BIND_REASONS, BindOutcome, PlacementStats
 
 from .conftest import BIND_BODY, FILTER_BODY, NODES, PRIORITIZE_BODY
 
@@ -96,7 +96,7 @@ async def test_assumed_allocations_and_kernel_time_are_reported(serve, services)
     families = await _scrape(client)
     assert _value(families, "dra_extender_kernel_seconds", "dra_extender_kernel_seconds_total") >= 0
     placement.assumed.assume("claim-uid", {"devices": {"results": []}}, pod_uid="pod-uid")
-    placement.kernel_seconds_total, placement.kernel_calls_total = 0.25, 7
+    placement.kernels.seconds_total, placement.kernels.calls_total = 0.25, 7
     families = await _scrape(client)
     assert _value(families, "dra_extender_assumed_allocations") == 1
     assert _value(families, "dra_extender_kernel_seconds", "dra_extender_kernel_seconds_total") == 0.25
@@ -112,8 +112,13 @@ class _WatchingPlacement:
     def ready(self) -> bool:
         return self.synced
 
-    def index(self) -> Any:
-        raise AssertionError("index() must not be called while not ready")
+    worker = None
+
+    def generation(self) -> tuple[int, int, int]:
+        return (0, 0, 0)
+
+    def stats(self) -> PlacementStats:
+        return PlacementStats(index=_Unbuilt(), assumed=None, source=self.source_stats())
 
     def source_stats(self) -> dict[str, Any]:
         return {
@@ -122,6 +127,13 @@ class _WatchingPlacement:
             "last_event_age_seconds": {"ResourceSlice": 1.5, "Node": 30.0},
             "synced": self.synced,
         }
+
+
+class _Unbuilt:
+    """An index that must not be read while the placement is not ready."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError("the index must not be read while not ready")
 
 
 async def test_watch_lag_and_relists_come_from_source_stats(aiohttp_client, binder):

@@ -33,8 +33,16 @@ class _SpanningPlacement:
         self.inner = inner
         self.seen_spans: list[trace.Span] = []
 
+    worker = None  # the app runs the verbs on a worker thread of its own
+
     def ready(self) -> bool:
         return self.inner.ready()
+
+    def generation(self) -> tuple[int, int, int]:
+        return self.inner.generation()  # type: ignore[no-any-return]
+
+    def stats(self) -> Any:
+        return self.inner.stats()
 
     def filter(self, pod: Any, node_names: list[str]) -> Any:
         with telemetry.span(telemetry.SPAN_ALLOCATE, nodes=len(node_names), skipped=None) as current:

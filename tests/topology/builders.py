@@ -7,7 +7,7 @@ from typing import Any
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.placement import Placement
+from extender.core.placement import Placement
 from extender.topology import TopologySettings
 
 Obj = dict[str, Any]

@@ -123,7 +123,7 @@ def test_within_a_node_the_slice_goes_to_the_partly_used_gpu_and_bind_writes_it(
     assert (score.partition_packing, score.partition_headroom) == (1.0, 1.0)
     written = placement.choose_allocations(evaluation, "n")
     assert [r.device.name for a in written for r in a.devices] == [b.mig_name(1, "1g", 1)]
-    first_fit = placement._run_allocator(
+    first_fit = placement.search.run(
         evaluation.specs, placement.index(), "n", placement.allocated_state()[0], 1e18
     )
     assert [r.device.name for a in first_fit for r in a.devices] == [b.mig_name(0, "1g", 0)]

@@ -1,0 +1,159 @@
+"""The bind choice both binders make: which devices a pod's pending claims get on a node.
+
+`choose_for_bind` repeats filter's decision for one node against the state as it is now and
+returns the allocations to write (one per pending claim), or raises `BindRefusal` carrying the
+message /bind answers and the reason label its metrics count (`NO_FIT`, `NODE_GONE`,
+`CLAIM_GONE`). The in-memory binder (file mode) and the kube binder word two refusals
+differently (where the state comes from); `Wording` keeps each binder's words.
+
+`choose_allocations` turns the evaluation's chosen set on a node into claim allocations.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from extender.allocator.inputs import AllocatedState
+from extender.allocator.results import ClaimAllocation
+from extender.claims import PodClaims, allocation_fits_node, claim_ref, resolve_pod_claims
+from extender.core.evaluation import PodEvaluation
+from extender.core.ranking import Ranker
+from extender.core.searching import Search
+from extender.core.view import ClusterView
+from extender.scoring import FIRST_FIT, PARTITION
+from extender.verdicts import CLAIM_GONE, NO_FIT, NODE_GONE
+
+if TYPE_CHECKING:
+    from extender.core.placement import Placement
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Wording:
+    """How a binder words the refusals that name where its state comes from."""
+
+    node_gone: str  # formatted with `node`
+    evaluation_error: str  # formatted with `ref` (namespace/name) and `error`
+
+
+#: File/sample mode (`extender.binder.InMemoryBinder`).
+IN_MEMORY = Wording("node {node} does not exist in the cluster state", "{error}")
+#: Kube mode (`KubeBinder`): the state is the watch's.
+WATCHED = Wording("node {node} does not exist (not in the watched cluster state)", "pod {ref}: {error}")
+
+
+class BindRefusal(Exception):
+    """The pod cannot be bound to the node: `message` for /bind, `reason` for the metrics."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class BindChoice:
+    """The pod's claims as resolved for this bind and what to write into the pending ones."""
+
+    claims: PodClaims
+    allocations: list[ClaimAllocation]  # one per `claims.pending`, in that order
+
+
+def problem_reason(problem: str) -> str:
+    """Reason of a pod-level claim problem from `resolve_pod_claims` (its fixed messages)."""
+    gone = ("not created yet", "not found", "is being deleted")
+    return CLAIM_GONE if any(marker in problem for marker in gone) else NO_FIT
+
+
+def choose_for_bind(
+    placement: Placement,
+    pod: Obj,
+    node: str,
+    *,
+    wording: Wording,
+    admit_allocated: Callable[[Obj], None] | None = None,
+) -> BindChoice:
+    """Resolve the pod's claims, check the node and the claims already allocated, evaluate the pod
+    on the node and choose the allocations of its pending claims.
+
+    `admit_allocated` is called with each already allocated claim once it is known to fit the
+    node, in order (the kube binder checks its reservation there); it may raise to refuse.
+
+    Raises:
+        BindRefusal: the claims cannot be resolved, the node is unknown, an allocated claim does
+            not fit the node, or the pending claims cannot be allocated there.
+    """
+    ref = claim_ref(pod)  # namespace/name, as for a claim
+    claims = resolve_pod_claims(pod, placement.state, assumed=placement.assumed.active())
+    if claims.problem:
+        raise BindRefusal(claims.problem, problem_reason(claims.problem))
+    node_obj = placement.index().nodes.get(node)
+    if node_obj is None:
+        raise BindRefusal(wording.node_gone.format(node=node), NODE_GONE)
+    for claim in claims.allocated:
+        if not allocation_fits_node(claim, node_obj):
+            raise BindRefusal(f"resourceclaim {claim_ref(claim)} not available on node {node}", NO_FIT)
+        if admit_allocated is not None:
+            admit_allocated(claim)
+    if not claims.pending:
+        return BindChoice(claims, [])
+    evaluation = placement.evaluate(pod, [node])
+    if evaluation.error:
+        raise BindRefusal(wording.evaluation_error.format(ref=ref, error=evaluation.error), NO_FIT)
+    verdict = evaluation.verdicts.get(node)
+    if verdict is None or not evaluation.passed(node):
+        why = verdict.reason if verdict is not None else "not evaluated"
+        raise BindRefusal(f"pod {ref} cannot be bound to node {node}: {why}", NO_FIT)
+    allocations = placement.choose_allocations(evaluation, node)
+    if allocations is None:
+        raise BindRefusal(f"pod {ref}: cannot allocate all claims on node {node}", NO_FIT)
+    if len(allocations) != len(evaluation.claims.pending):
+        raise BindRefusal(f"pod {ref}: the allocator returned no allocation for some claims", NO_FIT)
+    return BindChoice(claims, allocations)
+
+
+def choose_allocations(
+    evaluation: PodEvaluation, name: str, *, view: ClusterView, ranker: Ranker, search: Search
+) -> list[ClaimAllocation] | None:
+    """The allocation bind writes on a node that passed: the set prioritize scored best.
+
+    One ClaimAllocation per pending claim, in `evaluation.claims.pending` order; None if the
+    node cannot hold the pod's claims any more. A kernel-chosen set is turned into claim
+    allocations by upstream's own search restricted to exactly those devices (every other
+    device of the node counts as in use), so what is written always obeys upstream's rules;
+    should that search disagree with the kernel, the first-fit allocation is written instead.
+    """
+    if not evaluation.specs:
+        return []
+    score = ranker.scores(evaluation, [name]).get(name)
+    if score is None or score.method == FIRST_FIT:
+        return search.allocations_on(evaluation, name)
+    index = view.index()
+    if score.method == PARTITION:  # one device: upstream's search over just that partition
+        verified = search.one_device(evaluation, index, name, int(score.rows[0]))
+        return verified if verified is not None else search.allocations_on(evaluation, name)
+    allocated, _ = view.allocated_state()
+    chosen = {index.row_device[row].id for row in score.rows}
+    start, stop = index.node_start[index.node_pos[name]], index.node_start[index.node_pos[name] + 1]
+    others = {index.row_device[row].id for row in range(start, stop)} - chosen
+    restricted = AllocatedState(
+        devices=frozenset(allocated.devices) | others,
+        shared_ids=allocated.shared_ids,
+        aggregated_capacity=allocated.aggregated_capacity,
+    )
+    result = search.run(evaluation.specs, index, name, restricted, search.budget.deadline())
+    if result is not None and {r.device.id for a in result for r in a.devices} == chosen:
+        return result
+    log.warning(
+        "node %s: upstream's search rejects the topology choice %s for claims %s; writing first-fit",
+        name,
+        sorted(d.device for d in chosen),
+        ", ".join(s.ref for s in evaluation.specs),
+    )
+    return search.allocations_on(evaluation, name)

@@ -1,0 +1,218 @@
+"""The service behind /filter, /prioritize and /bind's choice: a thin facade over the core parts.
+
+For each pod it resolves the claims, then the deciding tiers (`extender.core.tiers`) decide for
+every candidate node whether upstream's allocator would find an allocation there; the ranking
+(`extender.core.ranking`) scores the nodes that passed; the bind choice (`extender.core.binding`)
+turns the best set into claim allocations. The evaluation is cached by pod UID, the pod's claim
+references and the (devices, claims, assumed) generations (`extender.core.evaluation`), so
+filter, prioritize and bind of one pod in one scheduling cycle share the work.
+
+Lifecycle: one Placement per process, single-threaded: in the server every call runs on its
+`worker` thread (`extender.worker`), which is also the only thread that writes the ClusterState
+and the AssumeCache it reads, so no call sees a half-applied change; the event loop only reads
+`ready()`, `generation()`, `stats()` and `seen_pod()` (atomic reads). Direct callers (explain,
+benchmarks, tests) call it on their own thread and never start the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from extender import gang, scoring
+from extender.allocator.features import Features
+from extender.allocator.inputs import AllocatedState
+from extender.allocator.results import ClaimAllocation
+from extender.assumed import AssumeCache
+from extender.cluster.state import ClusterState
+from extender.core import binding, tiers
+from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of, pod_key
+from extender.core.ranking import KernelMeter, Ranker
+from extender.core.reasons import FAILED, PASSED
+from extender.core.searching import Budget, Search
+from extender.core.tiers import FirstFitTier, KernelTier, SearchTier, Tier, VectorisedTier
+from extender.core.view import ClusterView, Generation
+from extender.index.snapshot import DeviceIndex
+from extender.scoring import ScoreBook
+from extender.topology import TopologyModel, TopologySettings
+from extender.verdicts import FilterVerdict, HostScore, PlacementStats
+from extender.worker import PlacementWorker
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+class Placement:
+    """PlacementService over a ClusterState (see module docstring)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        *,
+        features: Features,
+        assumed: AssumeCache,
+        filter_timeout_seconds: float = 10.0,
+        is_synced: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+        topology: TopologySettings | None = None,
+        freeze_caches: bool = False,
+        worker: PlacementWorker | None = None,
+        gang_settings: gang.GangSettings | None = None,
+    ) -> None:
+        self.state, self.features, self.assumed = state, features, assumed
+        self.filter_timeout_seconds = filter_timeout_seconds
+        self.topology = topology or TopologySettings()
+        self._is_synced = is_synced
+        self._source_stats: Callable[[], dict[str, Any]] | None = None  # set_source_stats
+        self.view = ClusterView(
+            state, features=features, assumed=assumed, topology=TopologyModel(self.topology),
+            freeze_caches=freeze_caches,
+        )  # fmt: skip
+        self.kernels = KernelMeter()
+        self.search = Search(self.view, Budget(filter_timeout_seconds, clock))
+        self.ranker = Ranker(self.view, self.search, self.topology, self.kernels)
+        #: The deciding tiers, cheapest first; each hands what it cannot decide to the next.
+        self.tiers: tuple[Tier, ...] = (
+            VectorisedTier(), KernelTier(self.ranker), FirstFitTier(), SearchTier(self.search)
+        )  # fmt: skip
+        self.evaluations = Evaluations()
+        self.gangs = gang.Gangs(
+            gang_settings or gang.GangSettings(), state=state, index=self.view.index, assumed=assumed,
+            seen=self.evaluations.seen,
+        )  # fmt: skip
+        #: The thread the server and the binders run this placement's work on (started lazily).
+        self.worker = worker or PlacementWorker()
+
+    # ----------------------------------------------------------------- the view
+    def ready(self) -> bool:
+        return self._is_synced()
+
+    def index(self) -> DeviceIndex:
+        return self.view.index()
+
+    def allocated_state(self) -> tuple[AllocatedState, np.ndarray]:
+        return self.view.allocated_state()
+
+    def warm(self) -> None:
+        self.view.warm()
+
+    def generation(self) -> Generation:
+        return self.view.generation()
+
+    def seen_pod(self, key: str) -> Obj | None:
+        """The pod last seen in filter/prioritize under this UID (or "namespace/name"), for bind."""
+        return self.evaluations.seen(key)
+
+    def stats(self) -> PlacementStats:
+        """What /metrics reports about this placement (never builds the index). A failing read of
+        the source's stats leaves them out (logged), not the rest."""
+        source = None
+        if self._source_stats is not None:
+            try:
+                source = self._source_stats()
+            except Exception:
+                log.warning("metrics: reading source_stats() failed", exc_info=True)
+        return PlacementStats(
+            index=self.view.current_index(),
+            assumed=len(self.assumed),
+            kernel_seconds=self.kernels.seconds_total,
+            kernel_calls=self.kernels.calls_total,
+            source=source,
+        )
+
+    def set_source_stats(self, source_stats: Callable[[], dict[str, Any]]) -> None:
+        """Report the watch source's `stats()` with this placement's (kube mode: the source is
+        made after the placement, whose worker thread it writes on)."""
+        self._source_stats = source_stats
+
+    # ----------------------------------------------------------------- verbs
+    def filter(self, pod: Obj, node_names: list[str]) -> FilterVerdict:
+        evaluation = self.evaluate(pod, node_names)
+        if evaluation.error:
+            return FilterVerdict(error=evaluation.error)
+        verdict = FilterVerdict()
+        outside = (
+            self.gangs.outside_clique(pod, node_names) if self.gangs.settings.filter_other_cliques else {}
+        )
+        for name in node_names:
+            outcome = evaluation.verdicts[name]
+            if outcome.status == PASSED and name in outside:
+                verdict.unresolvable[name] = outside[name]
+            elif outcome.status == PASSED:
+                verdict.passed.append(name)
+            elif outcome.status == FAILED:
+                verdict.failed[name] = outcome.reason
+            else:
+                verdict.unresolvable[name] = outcome.reason
+        return verdict
+
+    def prioritize(self, pod: Obj, node_names: list[str]) -> list[HostScore]:
+        """0..10 per node from the topology score of its best device set; failed nodes get 0.
+
+        Pods without pending claims (nothing to choose) score 0 everywhere, like upstream.
+        """
+        evaluation = self.evaluate(pod, node_names)
+        if evaluation.error or not evaluation.specs:
+            return [HostScore(name, 0) for name in node_names]
+        passed = [name for name in node_names if evaluation.verdicts[name].status == PASSED]
+        scores = self.scores(evaluation, passed)
+        scored = [name for name in passed if name in scores]
+        values = scoring.priorities(scores.values(scored))
+        by_node = dict(zip(scored, values.tolist(), strict=True))
+        if self.gangs.settings.weight > 0:
+            by_node = self.gangs.with_term(pod, passed, by_node)
+        return [HostScore(name, by_node.get(name, 0)) for name in node_names]
+
+    def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
+        """Topology scores of the given passed nodes (computed once per evaluation and node)."""
+        return self.ranker.scores(evaluation, names)
+
+    def choose_allocations(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
+        """The allocations bind writes on a node that passed (`binding.choose_allocations`)."""
+        return binding.choose_allocations(
+            evaluation, name, view=self.view, ranker=self.ranker, search=self.search
+        )
+
+    def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
+        """Upstream's first-fit allocation on a node that passed."""
+        return self.search.allocations_on(evaluation, name)
+
+    def choose_for_bind(
+        self,
+        pod: Obj,
+        node: str,
+        *,
+        wording: binding.Wording,
+        admit_allocated: Callable[[Obj], None] | None = None,
+    ) -> binding.BindChoice:
+        """What bind writes for the pod on the node, or `binding.BindRefusal` (see there)."""
+        return binding.choose_for_bind(self, pod, node, wording=wording, admit_allocated=admit_allocated)
+
+    # ----------------------------------------------------------------- evaluation
+    def evaluate(self, pod: Obj, node_names: list[str]) -> PodEvaluation:
+        """Evaluate the pod on the given nodes, re-using the cached evaluation where possible."""
+        uid = pod_key(pod)
+        self.evaluations.remember(uid, pod)
+        key = (uid, claims_key(pod), self.generation())
+        evaluation = self.evaluations.get(key)
+        if evaluation is None:
+            evaluation = self.new_evaluation(pod)
+            self.evaluations.put(key, evaluation)
+        missing = [n for n in node_names if n not in evaluation.verdicts]
+        if missing and not evaluation.error:
+            self.decide(evaluation, missing)
+            self.view.freeze_new_caches()
+        return evaluation
+
+    def new_evaluation(self, pod: Obj) -> PodEvaluation:
+        """The pod's claims resolved and parsed, nothing decided yet."""
+        return evaluation_of(pod, self.state, self.assumed)
+
+    def decide(self, evaluation: PodEvaluation, node_names: list[str]) -> None:
+        """Verdicts for the nodes (`tiers.decide`: pod-level problems, allocated claims, the tiers)."""
+        tiers.decide(evaluation, node_names, view=self.view, tiers=self.tiers, budget=self.search.budget)

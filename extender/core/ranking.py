@@ -1,0 +1,255 @@
+"""Topology scores of the nodes a pod passed on (the /prioritize core, and bind's choice).
+
+The topology kernel chooses and scores the best device set where it models the pod
+(`scoring.kernel_plan`); elsewhere upstream's first-fit set is scored as it is: the set the
+first-fit kernel found in filter, else the one upstream's search finds. A one-device pod may
+get a better partition (MIG slice) than first-fit's (`scoring.partition_choices`). Results go
+into the evaluation's `ScoreBook`, once per evaluation and node.
+
+Time spent in the kernels is counted on a `KernelMeter` (read by /metrics).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender import firstfit, scoring, telemetry
+from extender.core.evaluation import PodEvaluation
+from extender.core.searching import Search
+from extender.core.view import ClusterView
+from extender.index.snapshot import DeviceIndex
+from extender.scoring import BOUNDED, EXACT, FIRST_FIT, PARTITION, KernelPlan, ScoreBook
+from extender.topology import TopologySettings
+from kernels import topology as kernels
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class KernelMeter:
+    """Time inside the topology kernels and their calls, since start (written on the worker
+    thread, read by /metrics on the event loop: two floats, torn reads do not matter)."""
+
+    seconds_total: float = 0.0
+    calls_total: int = 0
+
+    def add(self, started: float) -> None:
+        """Count one kernel call that began at `started` (`time.perf_counter()`)."""
+        self.seconds_total += time.perf_counter() - started
+        self.calls_total += 1
+
+
+class Ranker:
+    """Scores of a pod's passed nodes (see module docstring)."""
+
+    def __init__(
+        self, view: ClusterView, search: Search, topology: TopologySettings, meter: KernelMeter
+    ) -> None:
+        self.view = view
+        self.search = search
+        self.topology = topology
+        self.meter = meter
+
+    def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
+        """Topology scores of the given passed nodes (computed once per evaluation and node)."""
+        missing = [name for name in names if name not in evaluation.scores]
+        if missing and evaluation.specs and not evaluation.error:
+            self._score_nodes(evaluation, missing)
+        return evaluation.scores
+
+    def plan(self, evaluation: PodEvaluation, index: DeviceIndex, free: np.ndarray) -> KernelPlan | None:
+        """The pod's kernel inputs for this evaluation (None: the kernels do not model the pod)."""
+        if not evaluation.planned:
+            evaluation.plan = scoring.kernel_plan(evaluation.specs, index, free)
+            evaluation.relevant = scoring.relevant_rows(evaluation.specs, index)
+            evaluation.planned = True
+        return evaluation.plan
+
+    def run_kernel(
+        self,
+        evaluation: PodEvaluation,
+        index: DeviceIndex,
+        free: np.ndarray,
+        plan: KernelPlan,
+        names: list[str],
+        positions: np.ndarray,
+    ) -> np.ndarray:
+        """Best sets on the nodes; found sets go into `evaluation.scores`. Returns the statuses."""
+        assert evaluation.relevant is not None
+        started = time.perf_counter()
+        with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(names)}):
+            status, _, parts, chosen = scoring.best_sets(
+                plan, index, positions, free, evaluation.relevant, self.topology
+            )
+            parts = scoring.partition_parts(index, positions, chosen, free, parts)
+        self.meter.add(started)
+        preference = np.ones(len(names))
+        final = scoring.combine(parts, preference, self.topology)
+        exact = status == kernels.STATUS_EXACT
+        found = exact | (status == kernels.STATUS_BOUNDED)
+        if found.all():
+            method = EXACT if exact.all() else np.where(exact, EXACT, BOUNDED)
+            evaluation.scores.add(names, final, parts, preference, chosen, method)
+        elif found.any():
+            keep = np.flatnonzero(found)
+            evaluation.scores.add(
+                [names[i] for i in keep],
+                final[keep],
+                parts[keep],
+                preference[keep],
+                chosen[keep],
+                np.where(exact[keep], EXACT, BOUNDED),
+            )
+        return status
+
+    def _score_nodes(self, evaluation: PodEvaluation, names: list[str]) -> None:
+        index = self.view.index()
+        _, free = self.view.allocated_state()
+        plan = self.plan(evaluation, index, free)
+        relevant = evaluation.relevant
+        assert relevant is not None
+        node_pos = index.node_pos
+        all_positions = np.fromiter(
+            (node_pos.get(name, -1) for name in names), dtype=np.int64, count=len(names)
+        )
+        usable = all_positions >= 0
+        if plan is not None:
+            usable &= ~plan.awkward_nodes[np.maximum(all_positions, 0)]
+        else:
+            usable[:] = False
+        kernel_nodes = [name for name, ok in zip(names, usable.tolist(), strict=True) if ok]
+        fallback = [name for name, ok in zip(names, usable.tolist(), strict=True) if not ok]
+        if kernel_nodes and plan is not None:
+            status = self.run_kernel(evaluation, index, free, plan, kernel_nodes, all_positions[usable])
+            for i in np.flatnonzero((status != kernels.STATUS_EXACT) & (status != kernels.STATUS_BOUNDED)):
+                if status[i] == kernels.STATUS_NONE:
+                    log.warning(
+                        "node %s passed filter but the topology kernel found no device set", kernel_nodes[i]
+                    )
+                fallback.append(kernel_nodes[i])
+        if fallback:
+            self._score_first_fit(evaluation, index, fallback, free, relevant)
+
+    def _score_first_fit(
+        self,
+        evaluation: PodEvaluation,
+        index: DeviceIndex,
+        names: list[str],
+        free: np.ndarray,
+        relevant: np.ndarray,
+    ) -> None:
+        """Score upstream's first-fit allocation where the kernels do not choose the devices.
+
+        A pod asking for one device may get a better partition (MIG slice) than first-fit's
+        (`scoring.partition_choices`): it is turned into the node's allocation by upstream's own
+        search over just that device (`Search.one_device`), so what bind writes obeys upstream's
+        rules; if that search rejects it, first-fit's allocation stays.
+        """
+        names = self._score_kernel_first_fit(evaluation, index, names, free, relevant)
+        groups: dict[tuple[int, ...], list[tuple[str, list[int], float]]] = {}
+        single = scoring.single_partition_request(evaluation.specs, index)
+        better: dict[str, int] = {}
+        if single is not None and names:
+            known = [name for name in names if name in index.node_pos]
+            positions = np.array([index.node_pos[name] for name in known], dtype=np.int64)
+            choices = scoring.partition_choices(index, positions, single, free, relevant, self.topology)
+            better = {name: int(row) for name, row in zip(known, choices.tolist(), strict=True) if row >= 0}
+        for name in names:
+            position = index.node_pos.get(name)
+            allocations = self.search.allocations_on(evaluation, name)
+            if allocations is None or position is None:
+                continue
+            row = better.get(name)
+            if row is not None and index.row_device[row].id not in {
+                r.device.id for a in allocations for r in a.devices
+            }:
+                verified = self.search.one_device(evaluation, index, name, row)
+                if verified is not None:
+                    evaluation.allocations[name] = allocations = verified
+            start, stop = index.node_start[position], index.node_start[position + 1]
+            rows: list[int] = []
+            claims: list[int] = []
+            for claim_position, allocation in enumerate(allocations):
+                for result in allocation.devices:
+                    found = index.rows_of.get(result.device.id)
+                    inside = found[(found >= start) & (found < stop)] if found is not None else found
+                    if inside is not None and len(inside):
+                        rows.append(int(inside[0]))
+                        claims.append(claim_position)
+            preference = scoring.preference(evaluation.specs, allocations)
+            groups.setdefault(tuple(claims), []).append((name, rows, preference))
+        for claims_of_set, members in groups.items():
+            positions = np.array([index.node_pos[name] for name, _, _ in members], dtype=np.int64)
+            sets = np.array([rows for _, rows, _ in members], dtype=np.int64).reshape(len(members), -1)
+            if sets.shape[1] == 0:
+                sets = np.full((len(members), 1), -1, dtype=np.int64)
+            started = time.perf_counter()
+            with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(members)}):
+                _, parts = scoring.score_sets(
+                    index, positions, sets, np.array(claims_of_set or (0,)), free, relevant, self.topology
+                )
+                parts = scoring.partition_parts(index, positions, sets, free, parts)
+            self.meter.add(started)
+            preferences = np.array([p for _, _, p in members])
+            final = scoring.combine(parts, preferences, self.topology)
+            evaluation.scores.add(
+                [name for name, _, _ in members], final, parts, preferences, sets, FIRST_FIT
+            )
+
+    def _score_kernel_first_fit(
+        self,
+        evaluation: PodEvaluation,
+        index: DeviceIndex,
+        names: list[str],
+        free: np.ndarray,
+        relevant: np.ndarray,
+    ) -> list[str]:
+        """Score the first-fit sets the first-fit kernel found in filter (upstream's own sets, so
+        no search runs here); returns the nodes it has no set for.
+
+        A pod asking for one device gets, where there is one, the node's better partition
+        (`scoring.partition_choices`: a MIG slice on a partly used GPU that keeps large profiles
+        creatable) scored instead of first-fit's; it is marked PARTITION and turned into an
+        allocation at bind by upstream's search over that device alone (`choose_allocations`).
+        """
+        book = evaluation.first_fit_sets
+        plan = evaluation.first_fit
+        mine = [name for name in names if name in book]
+        if not mine or plan is None:
+            return names
+        chosen, slots = book.gather(mine)
+        width = max(int((chosen >= 0).sum(axis=1).max()), 1)
+        chosen, slots = chosen[:, :width], slots[:, :width]
+        positions = np.fromiter((index.node_pos[n] for n in mine), dtype=np.int64, count=len(mine))
+        methods = np.full(len(mine), FIRST_FIT, dtype=object)
+        single = scoring.single_partition_request(evaluation.specs, index) if width == 1 else None
+        if single is not None:
+            choices = scoring.partition_choices(index, positions, single, free, relevant, self.topology)
+            better = (choices >= 0) & (choices != chosen[:, 0])
+            chosen = chosen.copy()
+            chosen[better, 0] = choices[better]
+            methods[better] = PARTITION
+        claims = np.where(chosen >= 0, plan.slot_claim[np.maximum(slots, 0)], -1)
+        preference = firstfit.preference(plan, slots)
+        patterns, group = np.unique(claims, axis=0, return_inverse=True)
+        for g, pattern in enumerate(patterns):
+            members = np.flatnonzero(group.ravel() == g)
+            started = time.perf_counter()
+            with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(members)}):
+                _, parts = scoring.score_sets(
+                    index, positions[members], chosen[members], np.maximum(pattern, 0), free, relevant,
+                    self.topology,
+                )  # fmt: skip
+                parts = scoring.partition_parts(index, positions[members], chosen[members], free, parts)
+            self.meter.add(started)
+            final = scoring.combine(parts, preference[members], self.topology)
+            evaluation.scores.add(
+                [mine[i] for i in members], final, parts, preference[members], chosen[members],
+                methods[members],
+            )  # fmt: skip
+        taken = set(mine)
+        return [name for name in names if name not in taken]

@@ -1,0 +1,177 @@
+"""The ClusterView: the device index, the held devices and the free row mask at one generation.
+
+Everything a tier reads about the cluster comes from here. The index is rebuilt when the
+device generation changes (`build_index` re-uses the blocks of unchanged nodes); the held
+devices and the `free` mask follow the claims generation and the AssumeCache's version by
+the diff of each change (`HeldLedger`). Results are new objects, never mutated in place:
+a reader keeps the index and mask it was handed.
+
+Lifecycle: one view per Placement, used on the placement's worker thread only (the thread that
+also writes the ClusterState and the AssumeCache); the event loop reads `current_index()` and
+`generation()` (atomic reads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender import scoring
+from extender.allocator.features import Features
+from extender.allocator.inputs import AllocatedState
+from extender.allocator.model import DeviceID
+from extender.assumed import AssumeCache
+from extender.cluster.state import ClusterState
+from extender.held import HeldLedger
+from extender.index.counters import counter_columns
+from extender.index.snapshot import DeviceIndex, build_index
+from extender.topology import TopologyModel
+
+log = logging.getLogger(__name__)
+
+Generation = tuple[int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The view at one moment: what one decision reads, so every tier sees the same devices held."""
+
+    index: DeviceIndex
+    allocated: AllocatedState  # devices in use (allocated in claims or assumed)
+    free: np.ndarray  # bool [rows]: the index rows not in use
+
+
+class ClusterView:
+    """The index, held devices and free masks of a ClusterState (see module docstring)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        *,
+        features: Features,
+        assumed: AssumeCache,
+        topology: TopologyModel,
+        freeze_caches: bool = False,
+    ) -> None:
+        self.state = state
+        self.features = features
+        self.assumed = assumed
+        self._topology = topology
+        self._freeze_caches = freeze_caches
+        self._frozen_at: tuple[int, int, int] = (-1, -1, -1)
+        self._index: DeviceIndex | None = None
+        self._allocated_key: Generation | None = None
+        self._allocated: AllocatedState = AllocatedState()
+        self._free: np.ndarray = np.zeros(0, dtype=bool)
+        self._ledger = HeldLedger()
+
+    def index(self) -> DeviceIndex:
+        """The device index for the current device generation (rebuilt when it changed)."""
+        if self._index is None or self._index.generation != self.state.devices_generation:
+            started = time.perf_counter()
+            self._index = build_index(
+                self.state, self.features, previous=self._index, topology=self._topology
+            )
+            log.info(
+                "device index generation %d: %d nodes, %d device rows, built in %.1f ms",
+                self._index.generation,
+                len(self._index.node_names),
+                self._index.num_rows,
+                (time.perf_counter() - started) * 1000,
+            )
+        return self._index
+
+    def current_index(self) -> DeviceIndex | None:
+        """The device index as last built, without building one (for /metrics on the event loop)."""
+        return self._index
+
+    def allocated_state(self) -> tuple[AllocatedState, np.ndarray]:
+        """Devices in use (allocated or assumed) and the matching `free` row mask.
+
+        Updated by the diff of each change: the ledger re-reads only the claims changed since it
+        last looked (and the assumed entries), and `free` changes only at the rows of devices
+        whose holdings changed. A new index generation (rows moved) or a ledger rescan rebuilds
+        `free` from the held devices. Both results are new objects; readers keep the old ones.
+        """
+        index = self.index()
+        active = self.assumed.active()
+        key = (index.generation, self.state.claims_generation, self.assumed.version)
+        if key != self._allocated_key:
+            touched = self._ledger.update(self.state, active)
+            collected = self._ledger.allocated()
+            self._allocated = AllocatedState(
+                devices=collected.devices,
+                shared_ids=collected.shared_ids,
+                aggregated_capacity=collected.aggregated_capacity,
+            )
+            same_rows = self._allocated_key is not None and self._allocated_key[0] == index.generation
+            if touched is None or not same_rows or len(self._free) != index.num_rows:
+                free = np.ones(index.num_rows, dtype=bool)
+                free[_rows_held(index, self._ledger.held)] = False
+            elif touched:
+                free = self._free.copy()
+                held = self._ledger.held
+                for device_id in touched:
+                    rows = index.rows_of.get(device_id)
+                    if rows is not None:
+                        free[rows] = device_id not in held
+            else:
+                free = self._free
+            self._free = free
+            self._allocated_key = key
+        return self._allocated, self._free
+
+    def snapshot(self) -> Snapshot:
+        """The index and the held devices as they are now."""
+        index = self.index()
+        allocated, free = self.allocated_state()
+        return Snapshot(index, allocated, free)
+
+    def generation(self) -> Generation:
+        """(devices, claims, assumed) generations: an evaluation is valid while this is unchanged."""
+        return self.state.devices_generation, self.state.claims_generation, self.assumed.version
+
+    def warm(self) -> None:
+        """Build now what the first pods would otherwise pay for in their filter call: the device
+        index, the held devices, the counter columns of the first-fit tier and the parent-GPU
+        groups of the partition terms (seconds at thousands of nodes; a cold first MIG pod at
+        5,000 nodes otherwise ran into `filter_timeout_seconds`, docs/benchmarks.md)."""
+        index = self.index()
+        self.allocated_state()
+        counter_columns(index)
+        scoring.partitions(index)
+        for class_name in index.classes:
+            # Every DeviceClass's CEL over every device, once: the per-device results stay on the
+            # devices, so a pod's first mask of that class costs lookups, not CEL (a cold MIG pod
+            # at 10,000 nodes otherwise spent its whole filter deadline evaluating the class).
+            with contextlib.suppress(Exception):  # a class whose CEL fails is the pod's error later
+                index.mask(class_name, ())
+
+    def freeze_new_caches(self) -> None:
+        """Move long-lived caches made since the last call out of the GC's generations (only when
+        built with `freeze_caches`).
+
+        A new index generation, new selector masks and the per-device CEL results they leave
+        are kept for as long as the devices live; left in the young generations they make every
+        full collection walk hundreds of thousands of objects (a ~175 ms pause at 5,000 nodes,
+        docs/benchmarks.md). `gc.freeze` is a list splice; frozen objects are still freed by
+        reference counting when their devices go.
+        """
+        index = self._index
+        if not self._freeze_caches or index is None:
+            return
+        marker = (index.generation, index.cached_masks, index.evaluator.evaluations)
+        if marker != self._frozen_at:
+            self._frozen_at = marker
+            gc.freeze()
+
+
+def _rows_held(index: DeviceIndex, devices: Iterable[DeviceID]) -> np.ndarray:
+    """Index rows of the devices (a device on no node's rows has none)."""
+    return index.rows_of.rows_for(devices)
