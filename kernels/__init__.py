@@ -40,7 +40,7 @@ def _use_cache_dir() -> None:
     os.environ[CACHE_DIR_ENV] = path
     from numba.core import config
 
-    config.CACHE_DIR = path
+    config.CACHE_DIR = path  # type: ignore[attr-defined]  # numba's config is filled in at run time
 
 
 _use_cache_dir()
