@@ -1,7 +1,7 @@
 """Placement-quality simulator: first-fit versus topology choice on a churning heterogeneous cluster.
 
 Scope: replays one seeded trace of job arrivals and departures on a generated cluster
-(`bench.topology_cluster`) once per policy, through the service's own placement code, and reports
+(`loadtests.topology_fleet`) once per policy, through the service's own placement code, and reports
 how good the placements were. It measures placement quality, not latency under load
 (`bench.filter_bench` does that) and not the HTTP layer.
 
@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 
-from bench import topology_cluster as tc
 from extender import scoring
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID
@@ -62,6 +61,7 @@ from extender.cluster.state import ClusterState
 from extender.placement import Placement
 from extender.topology import LEVELS, NO_COORD, NODE_LEVEL, TopologySettings
 from kernels import topology as kernels
+from loadtests import topology_fleet as tc
 
 Obj = dict[str, Any]
 
