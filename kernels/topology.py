@@ -71,7 +71,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numba
 import numpy as np
@@ -873,9 +873,52 @@ class PartitionInputs(NamedTuple):
     """uint8 (rows,), 1 where the row is not allocated."""
 
 
-def _array(value: object, dtype: type) -> np.ndarray:
-    """value as a C-contiguous array of dtype (the same array when it already is one)."""
-    return np.ascontiguousarray(value, dtype=dtype)
+#: (dtype, dimensions) of every array the kernels take, by name: the builders convert to it, the
+#: checks hold records and call arguments to it.
+_LAYOUT: dict[str, tuple[type, int]] = {
+    "node_start": (np.int64, 1),
+    "nodes": (np.int64, 1),
+    "coords": (np.int32, 2),
+    "free": (np.uint8, 1),
+    "relevant": (np.uint8, 1),
+    "level_distance": (np.float64, 1),
+    "link_offset": (np.int64, 1),
+    "link_distance": (np.float64, 1),
+    "weights": (np.float64, 1),
+    "candidates": (np.uint8, 2),
+    "counts": (np.int64, 1),
+    "claim_of": (np.int64, 1),
+    "constraint_kind": (np.int64, 1),
+    "constraint_members": (np.uint8, 2),
+    "constraint_values": (np.int32, 2),
+    "sets": (np.int64, 2),
+    "set_claim": (np.int64, 1),
+    "row_group": (np.int64, 1),
+    "row_cost": (np.float64, 2),
+    "group_counters": (np.int64, 1),
+    "group_free": (np.float64, 2),
+    "group_used": (np.int64, 1),
+}
+
+_Record = TypeVar("_Record", TopologyInputs, SearchRequests, PartitionInputs)
+
+
+def _converted(record: _Record) -> _Record:
+    """The record with each array converted to its `_LAYOUT` dtype, C-contiguous (masks of bool
+    become uint8, sequences of numbers arrays); arrays that already conform are not copied."""
+    arrays = {
+        name: np.ascontiguousarray(value, dtype=_LAYOUT[name][0])
+        for name, value in record._asdict().items()
+        if name in _LAYOUT
+    }
+    return record._replace(**arrays)
+
+
+def _need_fields(record: TopologyInputs | SearchRequests | PartitionInputs) -> None:
+    """`_need` on every array field of the record, in field order."""
+    for name, value in zip(record._fields, record, strict=True):
+        if name in _LAYOUT:
+            _need(name, value, *_LAYOUT[name])
 
 
 def topology_inputs(
@@ -890,19 +933,19 @@ def topology_inputs(
     weights: Sequence[float] | np.ndarray,
     spread: bool,
 ) -> TopologyInputs:
-    """The `TopologyInputs` record, each array converted to the dtype the kernels take (masks of
-    bool become uint8, sequences of numbers arrays); arrays that already conform are not copied."""
-    return TopologyInputs(
-        node_start=_array(node_start, np.int64),
-        coords=_array(coords, np.int32),
-        free=_array(free, np.uint8),
-        relevant=_array(relevant, np.uint8),
-        level_distance=_array(level_distance, np.float64),
-        link_offset=_array(link_offset, np.int64),
-        link_distance=_array(link_distance, np.float64),
-        weights=_array(weights, np.float64),
-        spread=bool(spread),
+    """The `TopologyInputs` record, each array converted to the dtype the kernels take (`_converted`)."""
+    given = TopologyInputs(
+        node_start,
+        coords,
+        free,
+        relevant,
+        np.asarray(level_distance),
+        link_offset,
+        link_distance,
+        np.asarray(weights),
+        bool(spread),
     )
+    return _converted(given)
 
 
 def search_requests(
@@ -914,14 +957,9 @@ def search_requests(
     constraint_members: np.ndarray,
     constraint_values: np.ndarray,
 ) -> SearchRequests:
-    """The `SearchRequests` record, each array converted to the dtype the kernels take."""
-    return SearchRequests(
-        candidates=_array(candidates, np.uint8),
-        counts=_array(counts, np.int64),
-        claim_of=_array(claim_of, np.int64),
-        constraint_kind=_array(constraint_kind, np.int64),
-        constraint_members=_array(constraint_members, np.uint8),
-        constraint_values=_array(constraint_values, np.int32),
+    """The `SearchRequests` record, each array converted to the dtype the kernels take (`_converted`)."""
+    return _converted(
+        SearchRequests(candidates, counts, claim_of, constraint_kind, constraint_members, constraint_values)
     )
 
 
@@ -935,15 +973,9 @@ def partition_inputs(
     group_used: np.ndarray,
     free: np.ndarray,
 ) -> PartitionInputs:
-    """The `PartitionInputs` record, each array converted to the dtype the kernels take."""
-    return PartitionInputs(
-        node_start=_array(node_start, np.int64),
-        row_group=_array(row_group, np.int64),
-        row_cost=_array(row_cost, np.float64),
-        group_counters=_array(group_counters, np.int64),
-        group_free=_array(group_free, np.float64),
-        group_used=_array(group_used, np.int64),
-        free=_array(free, np.uint8),
+    """The `PartitionInputs` record, each array converted to the dtype the kernels take (`_converted`)."""
+    return _converted(
+        PartitionInputs(node_start, row_group, row_cost, group_counters, group_free, group_used, free)
     )
 
 
@@ -968,15 +1000,9 @@ def _need(name: str, value: object, dtype: type, ndim: int) -> np.ndarray:
 def _check_topology(topology: TopologyInputs, nodes: np.ndarray) -> int:
     """Check the arguments both entry points share; returns the number of rows."""
     node_start, coords, free, relevant, level_distance, link_offset, link_distance, weights, _ = topology
-    _need("node_start", node_start, np.int64, 1)
-    _need("nodes", nodes, np.int64, 1)
-    _need("coords", coords, np.int32, 2)
-    _need("free", free, np.uint8, 1)
-    _need("relevant", relevant, np.uint8, 1)
-    _need("level_distance", level_distance, np.float64, 1)
-    _need("link_offset", link_offset, np.int64, 1)
-    _need("link_distance", link_distance, np.float64, 1)
-    _need("weights", weights, np.float64, 1)
+    _need("node_start", node_start, *_LAYOUT["node_start"])
+    _need("nodes", nodes, *_LAYOUT["nodes"])
+    _need_fields(topology)
     rows = coords.shape[0]
     n_nodes = node_start.shape[0] - 1
     if n_nodes < 0:
@@ -1005,13 +1031,8 @@ def _check_topology(topology: TopologyInputs, nodes: np.ndarray) -> int:
 def _check_best(topology: TopologyInputs, requests: SearchRequests, nodes: np.ndarray, max_work: int) -> int:
     """Check `best_sets` arguments; returns K = sum(counts)."""
     rows = _check_topology(topology, nodes)
+    _need_fields(requests)
     candidates, counts, claim_of, constraint_kind, constraint_members, constraint_values = requests
-    _need("candidates", candidates, np.uint8, 2)
-    _need("counts", counts, np.int64, 1)
-    _need("claim_of", claim_of, np.int64, 1)
-    _need("constraint_kind", constraint_kind, np.int64, 1)
-    _need("constraint_members", constraint_members, np.uint8, 2)
-    _need("constraint_values", constraint_values, np.int32, 2)
     n_req = counts.shape[0]
     if candidates.shape != (n_req, rows):
         raise ValueError(f"candidates must have shape (R, rows) = {(n_req, rows)}, got {candidates.shape}")
@@ -1049,8 +1070,8 @@ def _check_score(
 ) -> None:
     """Check `score_sets` arguments, including that every set row belongs to its node."""
     _check_topology(topology, nodes)
-    _need("sets", sets, np.int64, 2)
-    _need("set_claim", set_claim, np.int64, 1)
+    _need("sets", sets, *_LAYOUT["sets"])
+    _need("set_claim", set_claim, *_LAYOUT["set_claim"])
     if sets.shape[0] != nodes.shape[0] or set_claim.shape[0] != sets.shape[1]:
         raise ValueError(
             f"sets must have shape (M, K) and set_claim (K,), got {sets.shape}, {set_claim.shape}"
@@ -1061,15 +1082,10 @@ def _check_score(
 def _check_partitions(inputs: PartitionInputs, nodes: np.ndarray, sets: np.ndarray) -> None:
     """Check `partition_terms` arguments (the kernel and the twin raise the same errors)."""
     node_start, row_group, row_cost, group_counters, group_free, group_used, free = inputs
-    _need("node_start", node_start, np.int64, 1)
-    _need("nodes", nodes, np.int64, 1)
-    _need("sets", sets, np.int64, 2)
-    _need("row_group", row_group, np.int64, 1)
-    _need("row_cost", row_cost, np.float64, 2)
-    _need("group_counters", group_counters, np.int64, 1)
-    _need("group_free", group_free, np.float64, 2)
-    _need("group_used", group_used, np.int64, 1)
-    _need("free", free, np.uint8, 1)
+    _need("node_start", node_start, *_LAYOUT["node_start"])
+    _need("nodes", nodes, *_LAYOUT["nodes"])
+    _need("sets", sets, *_LAYOUT["sets"])
+    _need_fields(inputs)
     rows = row_group.shape[0]
     groups = group_counters.shape[0]
     n_nodes = node_start.shape[0] - 1
