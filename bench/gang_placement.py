@@ -51,6 +51,7 @@ from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings
 from extender.placement import Placement
+from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
 
 Obj = dict[str, Any]
 
@@ -67,7 +68,6 @@ GANG_SIZES: tuple[tuple[int, float], ...] = (
     (16, 5),
     (18, 3),
 )
-NAMESPACE = "gangs"
 DEVICE_CLASS = "gb200.nvidia.com"
 GPUS_PER_TRAY = 4
 _UIDS = uuid.UUID("0b6a2f53-7c1e-4d8a-9f3b-5e2d1c4a6b70")
@@ -95,16 +95,14 @@ class GangRecord:
 
 # ----------------------------------------------------------------------------- cluster and trace
 def cluster_objects(racks: int, trays: int) -> tuple[list[Obj], list[str], dict[str, str]]:
-    """Objects of `racks` racks of `trays` GB200 trays; node names in order; node -> clique."""
-    objects: list[Obj] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": DEVICE_CLASS},
-            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]},
-        },
-    ]
+    """Objects of `racks` racks of `trays` GB200 trays; node names in order; node -> clique.
+
+    Built with the load tests' object builders (`loadtests.generate`), seeded, so equal arguments
+    give equal objects.
+    """
+    ids = _Ids(random.Random(f"gang-cluster-{racks}x{trays}"))
+    selectors = {DEVICE_CLASS: ('device.driver == "gpu.nvidia.com"',)}
+    objects: list[Obj] = [_namespace(ids), *_device_classes(ids, selectors)]
     names: list[str] = []
     clique_of: dict[str, str] = {}
     for rack in range(racks):
@@ -113,10 +111,7 @@ def cluster_objects(racks: int, trays: int) -> tuple[list[Obj], list[str], dict[
             name = f"rack-{rack:02d}-tray-{tray:02d}"
             names.append(name)
             clique_of[name] = clique
-            objects.append(
-                {"apiVersion": "v1", "kind": "Node",
-                 "metadata": {"name": name, "labels": {CLIQUE_LABEL: clique, "kubernetes.io/hostname": name}}}
-            )  # fmt: skip
+            node = node_object(ids, len(names), name, {CLIQUE_LABEL: clique})
             devices = [
                 {
                     "name": f"gpu-{i}",
@@ -130,15 +125,7 @@ def cluster_objects(racks: int, trays: int) -> tuple[list[Obj], list[str], dict[
                 }
                 for i in range(GPUS_PER_TRAY)
             ]
-            objects.append(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceSlice",
-                    "metadata": {"name": f"{name}-gpus"},
-                    "spec": {"driver": "gpu.nvidia.com", "nodeName": name, "devices": devices,
-                             "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}},
-                }
-            )  # fmt: skip
+            objects += [node, _slice(ids, node, "gpu.nvidia.com", devices)]
     return objects, names, clique_of
 
 
