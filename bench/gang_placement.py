@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.placement import plot, write_markdown
+from bench.placement import FIRST_FIT, choose, plot, write_markdown
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
@@ -55,7 +55,7 @@ from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _sl
 
 Obj = dict[str, Any]
 
-FIRST_FIT, NODE_LOCAL, GANG_AWARE = "first-fit", "node-local", "gang-aware"
+NODE_LOCAL, GANG_AWARE = "node-local", "gang-aware"
 POLICIES: tuple[str, ...] = (FIRST_FIT, NODE_LOCAL, GANG_AWARE)
 #: (members, weight): small gangs are common, whole-rack gangs rare.
 GANG_SIZES: tuple[tuple[int, float], ...] = (
@@ -183,14 +183,7 @@ def _place_member(placement: Placement, nodes: list[str], pod: Obj, claim: Obj, 
     if verdict.error or not verdict.passed:
         state.delete("ResourceClaim", claim["metadata"]["name"], NAMESPACE)
         return None
-    evaluation = placement.evaluate(pod, verdict.passed)
-    if policy == FIRST_FIT:
-        node = verdict.passed[0]
-        allocations = placement.allocations_on(evaluation, node)
-    else:
-        ranked = placement.prioritize(pod, verdict.passed)
-        node = ranked[max(range(len(ranked)), key=lambda i: (ranked[i].score, -i))].host
-        allocations = placement.choose_allocations(evaluation, node)
+    node, allocations, _ = choose(placement, pod, verdict.passed, policy)
     if not allocations:
         state.delete("ResourceClaim", claim["metadata"]["name"], NAMESPACE)
         return None
