@@ -34,6 +34,7 @@ of other processes are invisible, so run binds from one process.
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import os
 import platform
@@ -531,9 +532,9 @@ def percentile(sorted_ms: Sequence[float], q: float) -> float:
     return sorted_ms[rank - 1]
 
 
-def machine() -> str:
-    """CPU model and core count of this machine, for the report."""
-    model = platform.processor() or "unknown CPU"
+def machine_facts() -> dict[str, Any]:
+    """CPU model, core counts, Python and numpy versions of this machine (the benches report these)."""
+    model = platform.processor() or "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -545,4 +546,19 @@ def machine() -> str:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count() or 0
-    return f"{model}, {os.cpu_count()} cores ({usable} usable), Python {platform.python_version()}"
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "numpy": importlib.metadata.version("numpy"),
+        "platform": platform.platform(),
+    }
+
+
+def machine() -> str:
+    """CPU model and core count of this machine, for the report."""
+    facts = machine_facts()
+    model = facts["cpu"] if facts["cpu"] != "unknown" else "unknown CPU"
+    return f"{model}, {facts['cores']} cores ({facts['usable_cores']} usable), Python {facts['python']}"
