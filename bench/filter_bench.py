@@ -71,7 +71,7 @@ from extender.placement import Placement
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScore
 from loadtests.generate import SHAPE_LABEL, SHAPES, generate_cluster
-from loadtests.scenarios import machine_facts as machine
+from loadtests.scenarios import machine_facts
 
 Obj = dict[str, Any]
 MiB = 1024 * 1024
@@ -672,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.sched_setaffinity(0, {args.cpu})
     given = list(sys.argv[1:] if argv is None else argv)
     command = shlex.join(["python", "-m", "bench.filter_bench", *given])
-    info = machine()
+    info = machine_facts()
     print(f"command: {command}")
     print(
         f"machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable"

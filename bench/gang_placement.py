@@ -52,6 +52,7 @@ from extender.cluster.state import ClusterState
 from extender.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings
 from extender.placement import Placement
 from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
+from loadtests.scenarios import machine_facts
 
 Obj = dict[str, Any]
 
@@ -289,9 +290,7 @@ METRICS: tuple[tuple[str, str, str, int], ...] = (
 
 # ----------------------------------------------------------------------------- report
 def machine() -> str:
-    from bench.filter_bench import machine as facts
-
-    found = facts()
+    found = machine_facts()
     python = f"{found['implementation']} {found['python']}"
     return f"{found['cpu']} ({found['usable_cores']} usable cores), {python}"
 

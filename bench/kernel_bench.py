@@ -37,6 +37,7 @@ import numba
 import numpy as np
 
 from kernels import topology
+from loadtests.scenarios import machine_facts
 
 GPUS = 8
 NICS = 4
@@ -158,13 +159,11 @@ def shape_inputs(index: Index, shape: str) -> tuple[topology.TopologyInputs, top
 
 def machine() -> dict[str, Any]:
     """The machine as `bench.filter_bench` reports it, plus numba's version and thread settings."""
-    from bench.filter_bench import machine as base_machine
-
     try:
         threading_layer = numba.threading_layer()
     except ValueError:  # before the first parallel call
         threading_layer = "not initialised"
-    return base_machine() | {
+    return machine_facts() | {
         "numba": numba.__version__,
         "numba_threads": numba.get_num_threads(),
         "threading_layer": threading_layer,

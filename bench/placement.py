@@ -735,9 +735,9 @@ def report(
     elapsed: float,
 ) -> str:
     """The Markdown results block: command, machine, cluster, tables."""
-    from bench.filter_bench import machine
+    from loadtests.scenarios import machine_facts
 
-    info = machine()
+    info = machine_facts()
     summary = summarize(all_metrics)
     counts = tc.type_counts(args.nodes)
     jobs = np.mean([m["jobs"] for m in all_metrics[POLICIES[0]]])

@@ -26,7 +26,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.filter_bench import machine
+from loadtests.scenarios import machine_facts
 
 REPO = Path(__file__).resolve().parent.parent
 READY_WITHIN_SECONDS = 300.0
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm-starts", type=int, default=2, help="starts after the cold one (default 2)")
     args = parser.parse_args(argv)
-    print(f"machine: {machine()}")
+    print(f"machine: {machine_facts()}")
     with tempfile.TemporaryDirectory(prefix="numba-cache-") as tmp:
         cache = Path(tmp)
         cold = time_to_ready(cache)

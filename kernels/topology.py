@@ -71,7 +71,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numba
 import numpy as np
@@ -906,12 +906,11 @@ _Record = TypeVar("_Record", TopologyInputs, SearchRequests, PartitionInputs)
 def _converted(record: _Record) -> _Record:
     """The record with each array converted to its `_LAYOUT` dtype, C-contiguous (masks of bool
     become uint8, sequences of numbers arrays); arrays that already conform are not copied."""
-    arrays = {
-        name: np.ascontiguousarray(value, dtype=_LAYOUT[name][0])
-        for name, value in record._asdict().items()
-        if name in _LAYOUT
-    }
-    return record._replace(**arrays)
+    values: list[Any] = [
+        np.ascontiguousarray(value, dtype=_LAYOUT[name][0]) if name in _LAYOUT else value
+        for name, value in zip(record._fields, record, strict=True)
+    ]
+    return type(record)(*values)
 
 
 def _need_fields(record: TopologyInputs | SearchRequests | PartitionInputs) -> None:

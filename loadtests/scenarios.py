@@ -62,8 +62,10 @@ CLUSTER_FILE, PODS_FILE = "cluster.yaml", "pods.jsonl"
 #: Shape keywords of `--dra-shapes` that stand for the generators' fast-path / exact-search shapes
 #: (claims without / with constraints), of the H100 fleet and of the mixed fleet (`--fleet mixed`).
 SHAPE_GROUPS: dict[str, frozenset[str]] = {
-    "fast": frozenset(name for name, s in [*SHAPES.items(), *MIXED_SHAPES.items()] if not s.exact_search),
-    "exact": frozenset(name for name, s in [*SHAPES.items(), *MIXED_SHAPES.items()] if s.exact_search),
+    "fast": frozenset({n for n, s in SHAPES.items() if not s.exact_search})
+    | {n for n, m in MIXED_SHAPES.items() if not m.exact_search},
+    "exact": frozenset({n for n, s in SHAPES.items() if s.exact_search})
+    | {n for n, m in MIXED_SHAPES.items() if m.exact_search},
 }
 #: Bind `Error` text the extender uses when devices that passed filter were taken meanwhile.
 _IN_USE = re.compile(r"\bin use\b")
@@ -135,7 +137,8 @@ def load_nodes(paths: Sequence[Path] | None) -> list[Obj]:
     nodes = [_informer_copy(node) for doc in docs for node in _nodes_in(doc)]
     names = [(node.get("metadata") or {}).get("name") for node in nodes]
     if not nodes:
-        raise ValueError(f"no Node objects in {', '.join(map(str, paths or ['the embedded sample']))}")
+        where = ", ".join(str(path) for path in paths) if paths else "the embedded sample"
+        raise ValueError(f"no Node objects in {where}")
     if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
         raise ValueError("every Node needs a unique, non-empty metadata.name")
     return nodes
