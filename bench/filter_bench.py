@@ -52,7 +52,6 @@ import gc
 import io
 import json
 import os
-import platform
 import pstats
 import shlex
 import sys
@@ -72,6 +71,7 @@ from extender.core.placement import Placement
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScore
 from loadtests.generate import SHAPE_LABEL, SHAPES, generate_cluster
+from loadtests.scenarios import machine_facts
 
 Obj = dict[str, Any]
 MiB = 1024 * 1024
@@ -120,31 +120,6 @@ class Cluster:
     startup: dict[str, float]
     memory: dict[str, float]
     objects: dict[str, int]
-
-
-def machine() -> dict[str, Any]:
-    """CPU model, core counts, Python and numpy versions of this machine."""
-    model = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count() or 0
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "usable_cores": usable,
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "numpy": np.__version__,
-        "platform": platform.platform(),
-    }
 
 
 def rss_mib() -> float:
@@ -697,7 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.sched_setaffinity(0, {args.cpu})
     given = list(sys.argv[1:] if argv is None else argv)
     command = shlex.join(["python", "-m", "bench.filter_bench", *given])
-    info = machine()
+    info = machine_facts()
     print(f"command: {command}")
     print(
         f"machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable"

@@ -44,17 +44,19 @@ from typing import Any
 
 import numpy as np
 
-from bench.placement import plot, write_markdown
+from bench.placement import FIRST_FIT, choose, plot, write_markdown
 from extender.allocator.features import Features
 from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.core.placement import Placement
 from extender.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings
+from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
+from loadtests.scenarios import machine_facts
 
 Obj = dict[str, Any]
 
-FIRST_FIT, NODE_LOCAL, GANG_AWARE = "first-fit", "node-local", "gang-aware"
+NODE_LOCAL, GANG_AWARE = "node-local", "gang-aware"
 POLICIES: tuple[str, ...] = (FIRST_FIT, NODE_LOCAL, GANG_AWARE)
 #: (members, weight): small gangs are common, whole-rack gangs rare.
 GANG_SIZES: tuple[tuple[int, float], ...] = (
@@ -67,7 +69,6 @@ GANG_SIZES: tuple[tuple[int, float], ...] = (
     (16, 5),
     (18, 3),
 )
-NAMESPACE = "gangs"
 DEVICE_CLASS = "gb200.nvidia.com"
 GPUS_PER_TRAY = 4
 _UIDS = uuid.UUID("0b6a2f53-7c1e-4d8a-9f3b-5e2d1c4a6b70")
@@ -95,16 +96,14 @@ class GangRecord:
 
 # ----------------------------------------------------------------------------- cluster and trace
 def cluster_objects(racks: int, trays: int) -> tuple[list[Obj], list[str], dict[str, str]]:
-    """Objects of `racks` racks of `trays` GB200 trays; node names in order; node -> clique."""
-    objects: list[Obj] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": DEVICE_CLASS},
-            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]},
-        },
-    ]
+    """Objects of `racks` racks of `trays` GB200 trays; node names in order; node -> clique.
+
+    Built with the load tests' object builders (`loadtests.generate`), seeded, so equal arguments
+    give equal objects.
+    """
+    ids = _Ids(random.Random(f"gang-cluster-{racks}x{trays}"))
+    selectors = {DEVICE_CLASS: ('device.driver == "gpu.nvidia.com"',)}
+    objects: list[Obj] = [_namespace(ids), *_device_classes(ids, selectors)]
     names: list[str] = []
     clique_of: dict[str, str] = {}
     for rack in range(racks):
@@ -113,10 +112,7 @@ def cluster_objects(racks: int, trays: int) -> tuple[list[Obj], list[str], dict[
             name = f"rack-{rack:02d}-tray-{tray:02d}"
             names.append(name)
             clique_of[name] = clique
-            objects.append(
-                {"apiVersion": "v1", "kind": "Node",
-                 "metadata": {"name": name, "labels": {CLIQUE_LABEL: clique, "kubernetes.io/hostname": name}}}
-            )  # fmt: skip
+            node = node_object(ids, len(names), name, {CLIQUE_LABEL: clique})
             devices = [
                 {
                     "name": f"gpu-{i}",
@@ -130,15 +126,7 @@ def cluster_objects(racks: int, trays: int) -> tuple[list[Obj], list[str], dict[
                 }
                 for i in range(GPUS_PER_TRAY)
             ]
-            objects.append(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceSlice",
-                    "metadata": {"name": f"{name}-gpus"},
-                    "spec": {"driver": "gpu.nvidia.com", "nodeName": name, "devices": devices,
-                             "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}},
-                }
-            )  # fmt: skip
+            objects += [node, _slice(ids, node, "gpu.nvidia.com", devices)]
     return objects, names, clique_of
 
 
@@ -196,14 +184,7 @@ def _place_member(placement: Placement, nodes: list[str], pod: Obj, claim: Obj, 
     if verdict.error or not verdict.passed:
         state.delete("ResourceClaim", claim["metadata"]["name"], NAMESPACE)
         return None
-    evaluation = placement.evaluate(pod, verdict.passed)
-    if policy == FIRST_FIT:
-        node = verdict.passed[0]
-        allocations = placement.allocations_on(evaluation, node)
-    else:
-        ranked = placement.prioritize(pod, verdict.passed)
-        node = ranked[max(range(len(ranked)), key=lambda i: (ranked[i].score, -i))].host
-        allocations = placement.choose_allocations(evaluation, node)
+    node, allocations, _ = choose(placement, pod, verdict.passed, policy)
     if not allocations:
         state.delete("ResourceClaim", claim["metadata"]["name"], NAMESPACE)
         return None
@@ -309,9 +290,7 @@ METRICS: tuple[tuple[str, str, str, int], ...] = (
 
 # ----------------------------------------------------------------------------- report
 def machine() -> str:
-    from bench.filter_bench import machine as facts
-
-    found = facts()
+    found = machine_facts()
     python = f"{found['implementation']} {found['python']}"
     return f"{found['cpu']} ({found['usable_cores']} usable cores), {python}"
 

@@ -19,39 +19,18 @@ from __future__ import annotations
 
 import argparse
 import copy
+import random
 import time
 from typing import Any
 
 from extender.allocator.features import Features
 from extender.cluster.state import ClusterState
 from extender.index.snapshot import build_index
+from loadtests.generate import _Ids, _slice, node_object
 
 Obj = dict[str, Any]
-DRA_API = "resource.k8s.io/v1"
 MIG_PROFILES = 15  # partition devices per A100 GPU
 GPUS = 8
-
-
-def _node(name: str, product: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "gpu.product": product}},
-    }
-
-
-def _slice(name: str, node: str, driver: str, pool: str, count: int, **spec: Any) -> Obj:
-    return {
-        "apiVersion": DRA_API,
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": pool, "generation": 1, "resourceSliceCount": count},
-            **spec,
-        },
-    }
 
 
 def _gpu(index: int, product: str, node: str) -> Obj:
@@ -68,7 +47,7 @@ def _gpu(index: int, product: str, node: str) -> Obj:
     }
 
 
-def _h100_node(name: str) -> list[Obj]:
+def _h100_node(ids: _Ids, number: int, name: str) -> list[Obj]:
     nics = [
         {
             "name": f"nic-{j}",
@@ -79,21 +58,12 @@ def _h100_node(name: str) -> list[Obj]:
         }
         for j in range(4)
     ]
-    return [
-        _node(name, "H100"),
-        _slice(
-            f"{name}-gpu",
-            name,
-            "gpu.nvidia.com",
-            name,
-            1,
-            devices=[_gpu(i, "H100", name) for i in range(GPUS)],
-        ),
-        _slice(f"{name}-nic", name, "dra.net", name, 1, devices=nics),
-    ]
+    node = node_object(ids, number, name, {"gpu.product": "H100"})
+    gpus = [_gpu(i, "H100", name) for i in range(GPUS)]
+    return [node, _slice(ids, node, "gpu.nvidia.com", gpus), _slice(ids, node, "dra.net", nics)]
 
 
-def _a100_node(name: str) -> list[Obj]:
+def _a100_node(ids: _Ids, number: int, name: str) -> list[Obj]:
     counter_sets = [
         {
             "name": f"gpu-{i}-counters",
@@ -137,21 +107,22 @@ def _a100_node(name: str) -> list[Obj]:
                     ],
                 }
             )
-    pool = f"{name}-a100"
+    node = node_object(ids, number, name, {"gpu.product": "A100"})
     return [
-        _node(name, "A100"),
-        _slice(f"{name}-counters", name, "gpu.nvidia.com", pool, 2, sharedCounters=counter_sets),
-        _slice(f"{name}-mig", name, "gpu.nvidia.com", pool, 2, devices=devices),
+        node,
+        _slice(ids, node, "gpu.nvidia.com", [], pool_slices=2, shared_counters=counter_sets),
+        _slice(ids, node, "gpu.nvidia.com", devices, pool_slices=2),
     ]
 
 
 def fleet(nodes: int, *, partitions: bool = True) -> list[Obj]:
     """`nodes` nodes, 40% A100 with counters (if `partitions`), the rest H100; deterministic."""
+    ids = _Ids(random.Random("index-build"))  # uids and slice names only: the shape is fixed
     objects: list[Obj] = []
     for number in range(nodes):
         name = f"node-{number:05d}"
         a100 = partitions and number % 5 in (1, 3)
-        objects.extend(_a100_node(name) if a100 else _h100_node(name))
+        objects.extend(_a100_node(ids, number + 1, name) if a100 else _h100_node(ids, number + 1, name))
     return objects
 
 

@@ -37,6 +37,7 @@ import numba
 import numpy as np
 
 from kernels import topology
+from loadtests.scenarios import machine_facts
 
 GPUS = 8
 NICS = 4
@@ -114,8 +115,8 @@ def build_index(nodes: int, seed: int, link_fraction: float) -> Index:
     )
 
 
-def shape_args(index: Index, shape: str, nodes: np.ndarray, max_work: int) -> tuple[Any, ...]:
-    """best_sets arguments for one pod shape on the given nodes."""
+def shape_inputs(index: Index, shape: str) -> tuple[topology.TopologyInputs, topology.SearchRequests]:
+    """best_sets inputs for one pod shape."""
     rows = index.coords.shape[0]
     free = index.free == 1
     gpu_rows = (index.is_gpu & free).astype(np.uint8)
@@ -134,22 +135,35 @@ def shape_args(index: Index, shape: str, nodes: np.ndarray, max_work: int) -> tu
         counts = np.array([int(shape.removesuffix("gpu"))], np.int64)
         kind, members, values = np.zeros(0, np.int64), no_members, no_values
         relevant = index.is_gpu.astype(np.uint8)
-    return (
-        index.node_start, nodes, np.ascontiguousarray(candidates), counts, np.zeros(counts.size, np.int64),
-        index.coords, index.free, relevant, kind, members, values, LEVEL_DISTANCE, index.link_offset,
-        index.link_distance, WEIGHTS, False, max_work,
-    )  # fmt: skip
+    inputs = topology.topology_inputs(
+        node_start=index.node_start,
+        coords=index.coords,
+        free=index.free,
+        relevant=relevant,
+        level_distance=LEVEL_DISTANCE,
+        link_offset=index.link_offset,
+        link_distance=index.link_distance,
+        weights=WEIGHTS,
+        spread=False,
+    )
+    requests = topology.search_requests(
+        candidates=candidates,
+        counts=counts,
+        claim_of=np.zeros(counts.size, np.int64),
+        constraint_kind=kind,
+        constraint_members=members,
+        constraint_values=values,
+    )
+    return inputs, requests
 
 
 def machine() -> dict[str, Any]:
     """The machine as `bench.filter_bench` reports it, plus numba's version and thread settings."""
-    from bench.filter_bench import machine as base_machine
-
     try:
         threading_layer = numba.threading_layer()
     except ValueError:  # before the first parallel call
         threading_layer = "not initialised"
-    return base_machine() | {
+    return machine_facts() | {
         "numba": numba.__version__,
         "numba_threads": numba.get_num_threads(),
         "threading_layer": threading_layer,
@@ -160,21 +174,20 @@ def run_shape(index: Index, shape: str, repeat: int, twin_nodes: int, max_work: 
     """Time the kernel over all nodes and the twin over a prefix; compare them on that prefix."""
     n_nodes = index.node_start.size - 1
     all_nodes = np.arange(n_nodes, dtype=np.int64)
-    args = shape_args(index, shape, all_nodes, max_work)
-    result = topology.best_sets(*args)  # untimed: first call with this shape's array types
+    inputs, requests = shape_inputs(index, shape)
+    result = topology.best_sets(inputs, requests, nodes=all_nodes, max_work=max_work)  # untimed: first call
     samples = []
     cpu = []
     for _ in range(repeat):
         started, cpu_started = time.perf_counter(), time.process_time()
-        result = topology.best_sets(*args)
+        result = topology.best_sets(inputs, requests, nodes=all_nodes, max_work=max_work)
         samples.append((time.perf_counter() - started) * 1000)
         cpu.append((time.process_time() - cpu_started) * 1000)
     subset = all_nodes[: min(twin_nodes, n_nodes)]
-    sub_args = shape_args(index, shape, subset, max_work)
     started = time.perf_counter()
-    twin = topology.best_sets_reference(*sub_args)
+    twin = topology.best_sets_reference(inputs, requests, nodes=subset, max_work=max_work)
     twin_ms = (time.perf_counter() - started) * 1000
-    mine = topology.best_sets(*sub_args)
+    mine = topology.best_sets(inputs, requests, nodes=subset, max_work=max_work)
     agrees = bool(
         np.array_equal(mine[0], twin[0])
         and np.array_equal(mine[3], twin[3])

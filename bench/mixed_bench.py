@@ -59,10 +59,10 @@ from typing import Any
 
 import orjson
 
-from bench.filter_bench import best_node, machine, release_memory, rss_mib
+from bench.filter_bench import best_node, release_memory, rss_mib
 from loadtests.fleet import MIXED_SHAPES, NODE_TYPE_LABEL, fleet_counts, generate_mixed_cluster
 from loadtests.generate import SHAPE_LABEL, write, write_json_state
-from loadtests.scenarios import Bodies, PodEntry
+from loadtests.scenarios import Bodies, PodEntry, machine_facts
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[1]
@@ -625,7 +625,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.sched_setaffinity(0, {args.cpu})  # the server inherits it
     report: Obj = {
         "command": shlex.join(["python", "-m", "bench.mixed_bench", *given]),
-        "machine": machine(),
+        "machine": machine_facts(),
         "pinned_cpu": args.cpu,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seed": args.seed,

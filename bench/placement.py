@@ -1,7 +1,7 @@
 """Placement-quality simulator: first-fit versus topology choice on a churning heterogeneous cluster.
 
 Scope: replays one seeded trace of job arrivals and departures on a generated cluster
-(`bench.topology_cluster`) once per policy, through the service's own placement code, and reports
+(`loadtests.topology_fleet`) once per policy, through the service's own placement code, and reports
 how good the placements were. It measures placement quality, not latency under load
 (`bench.filter_bench` does that) and not the HTTP layer.
 
@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 
-from bench import topology_cluster as tc
 from extender import scoring
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID
@@ -62,6 +61,7 @@ from extender.cluster.state import ClusterState
 from extender.core.placement import Placement
 from extender.topology import LEVELS, NO_COORD, NODE_LEVEL, TopologySettings
 from kernels import topology as kernels
+from loadtests import topology_fleet as tc
 
 Obj = dict[str, Any]
 
@@ -362,6 +362,22 @@ class _WarningCounter(logging.Handler):
         self.count += 1
 
 
+def choose(placement: Placement, pod: Obj, passed: list[str], policy: str) -> tuple[str, Any, Any]:
+    """(node, allocations, evaluation) `policy` picks among the nodes that passed filter.
+
+    `first-fit`: the first passed node (cluster order) and upstream's first-fit devices there;
+    any other policy: the node `prioritize` ranks highest (ties: cluster order) and the devices
+    bind would write. `allocations` is None where the node has none (the job is not placed).
+    """
+    evaluation = placement.evaluate(pod, passed)
+    if policy == FIRST_FIT:
+        node = passed[0]
+        return node, placement.allocations_on(evaluation, node), evaluation
+    ranked = placement.prioritize(pod, passed)
+    node = ranked[max(range(len(ranked)), key=lambda i: (ranked[i].score, -i))].host
+    return node, placement.choose_allocations(evaluation, node), evaluation
+
+
 def schedule(placement: Placement, nodes: list[str], job: Job, policy: str) -> JobRecord:
     """Create the job's claims, choose a node and devices by `policy`, write the allocation."""
     state = placement.state
@@ -373,14 +389,8 @@ def schedule(placement: Placement, nodes: list[str], job: Job, policy: str) -> J
     verdict = placement.filter(pod, nodes)
     node, allocations, method = None, None, ""
     if not verdict.error and verdict.passed:
-        evaluation = placement.evaluate(pod, verdict.passed)
-        if policy == FIRST_FIT:
-            node = verdict.passed[0]
-            allocations = placement.allocations_on(evaluation, node)
-        else:
-            ranked = placement.prioritize(pod, verdict.passed)
-            node = ranked[max(range(len(ranked)), key=lambda i: (ranked[i].score, -i))].host
-            allocations = placement.choose_allocations(evaluation, node)
+        node, allocations, evaluation = choose(placement, pod, verdict.passed, policy)
+        if policy != FIRST_FIT:
             chosen = placement.scores(evaluation, [node]).get(node)
             method = chosen.method if chosen is not None else ""
     seconds = time.perf_counter() - started
@@ -725,9 +735,9 @@ def report(
     elapsed: float,
 ) -> str:
     """The Markdown results block: command, machine, cluster, tables."""
-    from bench.filter_bench import machine
+    from loadtests.scenarios import machine_facts
 
-    info = machine()
+    info = machine_facts()
     summary = summarize(all_metrics)
     counts = tc.type_counts(args.nodes)
     jobs = np.mean([m["jobs"] for m in all_metrics[POLICIES[0]]])

@@ -34,6 +34,7 @@ from extender.cluster.state import ClusterState
 from extender.core.placement import Placement
 from extender.core.tiers import FirstFitTier
 from extender.settings import Settings
+from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
 
 Obj = dict[str, Any]
 NV, AMD = "gpu.nvidia.com", "gpu.amd.com"
@@ -59,11 +60,12 @@ def _gpu(name: str, product: str, memory: str, driver: str, uuid: str) -> Obj:
     }
 
 
-def _a100_node(node: str) -> list[Obj]:
+def _a100_node(ids: _Ids, node: Obj) -> list[Obj]:
+    name = node["metadata"]["name"]
     devices: list[Obj] = []
     counter_sets = []
     for g in range(8):
-        uuid = f"{node}-gpu-{g}"
+        uuid = f"{name}-gpu-{g}"
         counter_sets.append(
             {"name": f"gpu-{g}", "counters": {"memory": {"value": "80Gi"}, "compute": {"value": "7"}}}
         )
@@ -95,68 +97,55 @@ def _a100_node(node: str) -> list[Obj]:
                         ],
                     }
                 )
-    pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
     return [
-        {
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-gpus"},
-            "spec": {"driver": NV, "pool": pool, "nodeName": node, "devices": devices},
-        },
-        {
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-counters"},
-            "spec": {"driver": NV, "pool": pool, "nodeName": node, "sharedCounters": counter_sets},
-        },
+        _slice(ids, node, NV, devices, pool_slices=2),
+        _slice(ids, node, NV, [], pool_slices=2, shared_counters=counter_sets),
     ]
 
 
-def _plain_node(node: str, product: str, memory: str, driver: str) -> list[Obj]:
-    devices = [_gpu(f"gpu-{g}", product, memory, driver, f"{node}-gpu-{g}") for g in range(8)]
-    pool = {"name": node, "generation": 1, "resourceSliceCount": 1}
-    return [
-        {
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-gpus"},
-            "spec": {"driver": driver, "pool": pool, "nodeName": node, "devices": devices},
-        }
-    ]
+def _plain_node(ids: _Ids, node: Obj, product: str, memory: str, driver: str) -> list[Obj]:
+    name = node["metadata"]["name"]
+    devices = [_gpu(f"gpu-{g}", product, memory, driver, f"{name}-gpu-{g}") for g in range(8)]
+    return [_slice(ids, node, driver, devices)]
 
 
 def mixed_fleet(nodes: int, seed: int) -> list[Obj]:
-    """Nodes, slices, classes and one claim holding ~30% of the A100 devices."""
+    """Nodes, slices, classes and one claim holding ~30% of the A100 devices.
+
+    Objects come from the load tests' builders (`loadtests.generate`); their uids and slice names
+    are drawn from a stream of their own, so `seed` picks the held partitions as it always did.
+    """
     rng = random.Random(seed)
+    ids = _Ids(random.Random(f"tiers-smoke-objects-{seed}"))
     objects: list[Obj] = [
-        {"kind": "Namespace", "metadata": {"name": "default"}},
-        {
-            "kind": "DeviceClass",
-            "metadata": {"name": "gpu"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver in ["{NV}", "{AMD}"]'}}]},
-        },
+        _namespace(ids),
+        *_device_classes(ids, {"gpu": (f'device.driver in ["{NV}", "{AMD}"]',)}),
     ]
     held: list[Obj] = []
     for n in range(nodes):
-        node = f"node-{n:05d}"
-        objects.append({"kind": "Node", "metadata": {"name": node}})
+        node = node_object(ids, n + 1, f"node-{n:05d}", {})
+        objects.append(node)
+        name = node["metadata"]["name"]
         kind = n % 4
         if kind == 0:
-            slices = _a100_node(node)
+            slices = _a100_node(ids, node)
             taken: set[str] = set()
             for g in rng.sample(range(8), rng.randint(0, 5)):
                 # A held partition or two on this GPU (counters charged), never beyond its memory.
                 profile, _, _, _ = rng.choice(PROFILES[:3])
                 taken.add(f"gpu-{g}-mig-{profile}-0")
-            held += [{"request": "r", "driver": NV, "pool": node, "device": d} for d in sorted(taken)]
+            held += [{"request": "r", "driver": NV, "pool": name, "device": d} for d in sorted(taken)]
         elif kind == 1:
-            slices = _plain_node(node, "H100", "80Gi", NV)
+            slices = _plain_node(ids, node, "H100", "80Gi", NV)
         elif kind == 2:
-            slices = _plain_node(node, "MI300X", "192Gi", AMD)
+            slices = _plain_node(ids, node, "MI300X", "192Gi", AMD)
         else:
             slices = []
         objects += slices
     objects.append(
         {
             "kind": "ResourceClaim",
-            "metadata": {"name": "running", "namespace": "default", "uid": "running-uid"},
+            "metadata": {"name": "running", "namespace": NAMESPACE, "uid": "running-uid"},
             "spec": {"devices": {"requests": []}},
             "status": {"allocation": {"devices": {"results": held}}, "reservedFor": [{"uid": "running-pod"}]},
         }
@@ -199,11 +188,11 @@ SHAPES: dict[str, Obj] = {
 def _pod_and_claim(shape: str, number: int) -> tuple[Obj, Obj]:
     claim = {
         "kind": "ResourceClaim",
-        "metadata": {"name": f"{shape}-{number}", "namespace": "default", "uid": f"{shape}-claim-{number}"},
+        "metadata": {"name": f"{shape}-{number}", "namespace": NAMESPACE, "uid": f"{shape}-claim-{number}"},
         "spec": {"devices": SHAPES[shape]},
     }
     pod = {
-        "metadata": {"name": f"{shape}-pod-{number}", "namespace": "default", "uid": f"{shape}-pod-{number}"},
+        "metadata": {"name": f"{shape}-pod-{number}", "namespace": NAMESPACE, "uid": f"{shape}-pod-{number}"},
         "spec": {"resourceClaims": [{"name": "c", "resourceClaimName": claim["metadata"]["name"]}]},
     }
     return pod, claim

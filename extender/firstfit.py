@@ -241,26 +241,26 @@ def run(
     chosen = np.full((len(positions), width), -1, dtype=np.int64)
     chosen_slot = np.full((len(positions), width), -1, dtype=np.int64)
     if len(todo):
+        inputs = kernel.first_fit_inputs(
+            node_start=index.node_start,
+            claim_first_req=pod.claim_first_req,
+            req_first_slot=pod.req_first_slot,
+            req_subs=pod.req_subs,
+            slot_claim=pod.slot_claim,
+            slot_all=pod.slot_all,
+            slot_count=pod.slot_count,
+            candidates=pod.candidates,
+            free=free,
+            row_ptr=columns.row_ptr,
+            row_counter=columns.row_counter,
+            row_amount=columns.row_amount,
+            available=available,
+            constraint_kind=pod.constraint_kind,
+            constraint_applies=pod.constraint_applies,
+            constraint_values=pod.constraint_values,
+        )
         got = kernel.first_fit(
-            index.node_start,
-            positions[todo],
-            pod.claim_first_req,
-            pod.req_first_slot,
-            pod.req_subs,
-            pod.slot_claim,
-            pod.slot_all,
-            pod.slot_count,
-            pod.candidates,
-            free.astype(np.uint8),
-            columns.row_ptr,
-            columns.row_counter,
-            columns.row_amount,
-            available,
-            pod.constraint_kind,
-            pod.constraint_applies,
-            pod.constraint_values,
-            max_work,
-            MAX_DEVICES_PER_CLAIM,
+            inputs, nodes=positions[todo], max_work=max_work, max_per_claim=MAX_DEVICES_PER_CLAIM
         )
         status[todo], chosen[todo], chosen_slot[todo] = got
     return FirstFitResult(status=status, chosen=chosen, chosen_slot=chosen_slot)

@@ -424,17 +424,16 @@ def partition_parts(
     if groups.num_groups == 0 or not len(taken) or not (groups.row_group[taken] >= 0).any():
         return out
     group_free, group_used = group_state(groups, free)
-    out[:, 3:5] = kernels.partition_terms(
-        index.node_start,
-        nodes.astype(np.int64),
-        sets.astype(np.int64),
-        groups.row_group,
-        groups.row_cost,
-        groups.group_counters,
-        group_free,
-        group_used,
-        free.astype(np.uint8),
+    inputs = kernels.partition_inputs(
+        node_start=index.node_start,
+        row_group=groups.row_group,
+        row_cost=groups.row_cost,
+        group_counters=groups.group_counters,
+        group_free=group_free,
+        group_used=group_used,
+        free=free,
     )
+    out[:, 3:5] = kernels.partition_terms(inputs, nodes=nodes.astype(np.int64), sets=sets.astype(np.int64))
     return out
 
 
@@ -453,19 +452,21 @@ def priorities(scores: np.ndarray) -> np.ndarray:
     return np.rint(10 * (scores - low) / (high - low)).astype(np.int64)
 
 
-def kernel_arguments(
+def topology_inputs(
     index: DeviceIndex, free: np.ndarray, relevant: np.ndarray, settings: TopologySettings
-) -> tuple[Any, ...]:
-    """The node-independent topology arrays the kernels take, in their order."""
-    return (
-        index.row_coords,
-        free.astype(np.uint8),
-        relevant.astype(np.uint8),
-        np.asarray(settings.level_distance, dtype=np.float64),
-        index.link_offset,
-        index.link_distance,
-        settings.kernel_weights(),
-        settings.packing == "spread",
+) -> kernels.TopologyInputs:
+    """The kernels' topology record: the index's coordinates and links, the free and relevant rows,
+    and the score's settings (node-independent, so one record serves every call of an evaluation)."""
+    return kernels.topology_inputs(
+        node_start=index.node_start,
+        coords=index.row_coords,
+        free=free,
+        relevant=relevant,
+        level_distance=settings.level_distance,
+        link_offset=index.link_offset,
+        link_distance=index.link_distance,
+        weights=settings.kernel_weights(),
+        spread=settings.packing == "spread",
     )
 
 
@@ -478,27 +479,19 @@ def best_sets(
     settings: TopologySettings,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Run the best-set kernel on node positions; returns (status, score, parts, chosen)."""
-    coords, free8, relevant8, distances, link_offset, link_distance, weights, spread = kernel_arguments(
-        index, free, relevant, settings
+    requests = kernels.search_requests(
+        candidates=plan.candidates,
+        counts=plan.counts,
+        claim_of=plan.claim_of,
+        constraint_kind=plan.constraint_kind,
+        constraint_members=plan.constraint_members,
+        constraint_values=plan.constraint_values,
     )
     return kernels.best_sets(
-        index.node_start,
-        nodes.astype(np.int64),
-        plan.candidates,
-        plan.counts,
-        plan.claim_of,
-        coords,
-        free8,
-        relevant8,
-        plan.constraint_kind,
-        plan.constraint_members,
-        plan.constraint_values,
-        distances,
-        link_offset,
-        link_distance,
-        weights,
-        spread,
-        settings.max_work,
+        topology_inputs(index, free, relevant, settings),
+        requests,
+        nodes=nodes.astype(np.int64),
+        max_work=settings.max_work,
     )
 
 
@@ -512,20 +505,9 @@ def score_sets(
     settings: TopologySettings,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Score given device sets (rows, -1 padded) on node positions; returns (score, parts)."""
-    coords, free8, relevant8, distances, link_offset, link_distance, weights, spread = kernel_arguments(
-        index, free, relevant, settings
-    )
     return kernels.score_sets(
-        index.node_start,
-        nodes.astype(np.int64),
-        sets.astype(np.int64),
-        set_claim.astype(np.int64),
-        coords,
-        free8,
-        relevant8,
-        distances,
-        link_offset,
-        link_distance,
-        weights,
-        spread,
+        topology_inputs(index, free, relevant, settings),
+        nodes=nodes.astype(np.int64),
+        sets=sets.astype(np.int64),
+        set_claim=set_claim.astype(np.int64),
     )

@@ -162,12 +162,15 @@ def placement_worker(settings: Settings) -> PlacementWorker:
 
 def prepare_kernels(settings: Settings) -> None:
     """Set the kernels' thread count and compile them now, so the first request is not slow."""
+    import kernels as kernel_package
     from kernels import counters as counter_kernels
     from kernels import topology as kernels
 
     kernels.set_threads(settings.kernel_threads)
     log.info(
-        "preparing topology kernels (the first start compiles them, about 20 s; later ones use numba's cache)"
+        "preparing topology kernels (the first start on this machine compiles them, about 20 s; "
+        "later ones load them from numba's cache in %s)",
+        kernel_package.cache_dir(),
     )
     seconds = kernels.warm_up() + counter_kernels.warm_up()
     log.info(

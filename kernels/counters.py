@@ -38,6 +38,7 @@ read; they must agree exactly (status, rows, slots), counting work the same way.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -350,20 +351,59 @@ def _first_fit_parallel(
 
 
 # ---------------------------------------------------------------------------------------------------
-# input checks and entry points
+# inputs: one record, built by one function
 # ---------------------------------------------------------------------------------------------------
 
 
-def _need(name: str, value: object, dtype: type, ndim: int) -> np.ndarray:
-    if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != ndim:
-        got = f"{value.dtype} {value.ndim}-d" if isinstance(value, np.ndarray) else type(value).__name__
-        raise TypeError(f"{name} must be a {ndim}-d {np.dtype(dtype).name} array, got {got}")
-    return value
+class FirstFitInputs(NamedTuple):
+    """One pod's first-fit inputs over one index (the module docstring gives each field's meaning).
+
+    Depends on the index generation, the pod and what is held, not on which nodes a call solves.
+    Build it with `first_fit_inputs`; `first_fit` and its twin check it.
+    """
+
+    node_start: np.ndarray
+    claim_first_req: np.ndarray
+    req_first_slot: np.ndarray
+    req_subs: np.ndarray
+    slot_claim: np.ndarray
+    slot_all: np.ndarray
+    slot_count: np.ndarray
+    candidates: np.ndarray
+    free: np.ndarray
+    row_ptr: np.ndarray
+    row_counter: np.ndarray
+    row_amount: np.ndarray
+    available: np.ndarray
+    constraint_kind: np.ndarray
+    constraint_applies: np.ndarray
+    constraint_values: np.ndarray
 
 
-def _check(
+#: (dtype, dimensions) of each `FirstFitInputs` field.
+_LAYOUT: dict[str, tuple[type, int]] = {
+    "node_start": (np.int64, 1),
+    "claim_first_req": (np.int64, 1),
+    "req_first_slot": (np.int64, 1),
+    "req_subs": (np.int64, 1),
+    "slot_claim": (np.int64, 1),
+    "slot_all": (np.uint8, 1),
+    "slot_count": (np.int64, 1),
+    "candidates": (np.uint8, 2),
+    "free": (np.uint8, 1),
+    "row_ptr": (np.int64, 1),
+    "row_counter": (np.int64, 1),
+    "row_amount": (np.int64, 1),
+    "available": (np.int64, 1),
+    "constraint_kind": (np.int64, 1),
+    "constraint_applies": (np.uint8, 2),
+    "constraint_values": (np.int32, 2),
+}
+
+
+def first_fit_inputs(
+    *,
     node_start: np.ndarray,
-    nodes: np.ndarray,
     claim_first_req: np.ndarray,
     req_first_slot: np.ndarray,
     req_subs: np.ndarray,
@@ -379,28 +419,43 @@ def _check(
     constraint_kind: np.ndarray,
     constraint_applies: np.ndarray,
     constraint_values: np.ndarray,
-) -> None:
+) -> FirstFitInputs:
+    """The `FirstFitInputs` record, each array converted to the dtype the kernel takes (a bool mask
+    becomes uint8); arrays that already conform are not copied."""
+    given = FirstFitInputs(
+        node_start, claim_first_req, req_first_slot, req_subs, slot_claim, slot_all, slot_count, candidates,
+        free, row_ptr, row_counter, row_amount, available, constraint_kind, constraint_applies,
+        constraint_values,
+    )  # fmt: skip
+    converted: dict[str, np.ndarray] = {
+        name: np.ascontiguousarray(value, dtype=_LAYOUT[name][0]) for name, value in given._asdict().items()
+    }
+    return FirstFitInputs(**converted)
+
+
+# ---------------------------------------------------------------------------------------------------
+# input checks and entry points
+# ---------------------------------------------------------------------------------------------------
+
+
+def _need(name: str, value: object, dtype: type, ndim: int) -> np.ndarray:
+    if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != ndim:
+        got = f"{value.dtype} {value.ndim}-d" if isinstance(value, np.ndarray) else type(value).__name__
+        raise TypeError(f"{name} must be a {ndim}-d {np.dtype(dtype).name} array, got {got}")
+    return value
+
+
+def _check(inputs: FirstFitInputs, nodes: np.ndarray) -> None:
     """Types, shapes and ranges (shared by the kernel and the twin: both raise the same errors)."""
-    for name, value, dtype, ndim in (
-        ("node_start", node_start, np.int64, 1),
-        ("nodes", nodes, np.int64, 1),
-        ("claim_first_req", claim_first_req, np.int64, 1),
-        ("req_first_slot", req_first_slot, np.int64, 1),
-        ("req_subs", req_subs, np.int64, 1),
-        ("slot_claim", slot_claim, np.int64, 1),
-        ("slot_all", slot_all, np.uint8, 1),
-        ("slot_count", slot_count, np.int64, 1),
-        ("candidates", candidates, np.uint8, 2),
-        ("free", free, np.uint8, 1),
-        ("row_ptr", row_ptr, np.int64, 1),
-        ("row_counter", row_counter, np.int64, 1),
-        ("row_amount", row_amount, np.int64, 1),
-        ("available", available, np.int64, 1),
-        ("constraint_kind", constraint_kind, np.int64, 1),
-        ("constraint_applies", constraint_applies, np.uint8, 2),
-        ("constraint_values", constraint_values, np.int32, 2),
-    ):
-        _need(name, value, dtype, ndim)
+    _need("node_start", inputs.node_start, np.int64, 1)
+    _need("nodes", nodes, np.int64, 1)
+    for name, value in zip(inputs._fields[1:], inputs[1:], strict=True):
+        _need(name, value, *_LAYOUT[name])
+    (
+        node_start, claim_first_req, req_first_slot, req_subs, slot_claim, slot_all, slot_count, candidates,
+        free, row_ptr, row_counter, row_amount, available, constraint_kind, constraint_applies,
+        constraint_values,
+    ) = inputs  # fmt: skip
     rows = free.shape[0]
     slots = slot_claim.shape[0]
     if node_start.shape[0] < 1 or node_start[-1] != rows or np.any(np.diff(node_start) < 0):
@@ -421,49 +476,36 @@ def _check(
 
 
 def first_fit(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    claim_first_req: np.ndarray,
-    req_first_slot: np.ndarray,
-    req_subs: np.ndarray,
-    slot_claim: np.ndarray,
-    slot_all: np.ndarray,
-    slot_count: np.ndarray,
-    candidates: np.ndarray,
-    free: np.ndarray,
-    row_ptr: np.ndarray,
-    row_counter: np.ndarray,
-    row_amount: np.ndarray,
-    available: np.ndarray,
-    constraint_kind: np.ndarray,
-    constraint_applies: np.ndarray,
-    constraint_values: np.ndarray,
-    max_work: int,
-    max_per_claim: int = 32,
+    inputs: FirstFitInputs, *, nodes: np.ndarray, max_work: int, max_per_claim: int = 32
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Upstream's first allocation on each node (see module docstring), numba.
+    """Upstream's first allocation on each of the given nodes (see module docstring), numba.
+
+    Args:
+        inputs: the pod's slots, candidates, counters and constraints (see `FirstFitInputs`).
+        nodes: int64 (M,), the nodes to solve (positions in node_start).
+        max_work: tentative additions per node before giving up (UNKNOWN).
+        max_per_claim: upstream's device limit per claim.
 
     Returns:
         status int8 (M,), chosen int64 (M, D) rows in pick order (-1 padded), chosen_slot int64
         (M, D) the slot each row serves; D = max_per_claim * C. Fresh arrays; inputs are not written.
     """
-    args = (
-        node_start, nodes, claim_first_req, req_first_slot, req_subs, slot_claim, slot_all, slot_count,
-        candidates, free, row_ptr, row_counter, row_amount, available, constraint_kind, constraint_applies,
-        constraint_values,
-    )  # fmt: skip
-    _check(*args)
+    _check(inputs, nodes)
     n_out = nodes.shape[0]
-    width = max_per_claim * (claim_first_req.shape[0] - 1)
+    width = max_per_claim * (inputs.claim_first_req.shape[0] - 1)
     status = np.zeros(n_out, np.int8)
     chosen = np.full((n_out, width), -1, np.int64)
     chosen_slot = np.full((n_out, width), -1, np.int64)
     if n_out:
-        stack_size = width + req_subs.shape[0] + 1
+        stack_size = width + inputs.req_subs.shape[0] + 1
         blocks = max(1, min(n_out, numba.get_num_threads()))
+        x = inputs
         _first_fit_parallel(
-            *args, int(max_work), int(max_per_claim), stack_size, blocks, status, chosen, chosen_slot
-        )
+            x.node_start, nodes, x.claim_first_req, x.req_first_slot, x.req_subs, x.slot_claim, x.slot_all,
+            x.slot_count, x.candidates, x.free, x.row_ptr, x.row_counter, x.row_amount, x.available,
+            x.constraint_kind, x.constraint_applies, x.constraint_values, int(max_work), int(max_per_claim),
+            stack_size, blocks, status, chosen, chosen_slot,
+        )  # fmt: skip
     return status, chosen, chosen_slot
 
 
@@ -477,44 +519,19 @@ class _Stop(Exception):
 
 
 def first_fit_reference(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    claim_first_req: np.ndarray,
-    req_first_slot: np.ndarray,
-    req_subs: np.ndarray,
-    slot_claim: np.ndarray,
-    slot_all: np.ndarray,
-    slot_count: np.ndarray,
-    candidates: np.ndarray,
-    free: np.ndarray,
-    row_ptr: np.ndarray,
-    row_counter: np.ndarray,
-    row_amount: np.ndarray,
-    available: np.ndarray,
-    constraint_kind: np.ndarray,
-    constraint_applies: np.ndarray,
-    constraint_values: np.ndarray,
-    max_work: int,
-    max_per_claim: int = 32,
+    inputs: FirstFitInputs, *, nodes: np.ndarray, max_work: int, max_per_claim: int = 32
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Plain Python twin of `first_fit`: upstream's recursion, one node at a time."""
-    _check(
-        node_start, nodes, claim_first_req, req_first_slot, req_subs, slot_claim, slot_all, slot_count,
-        candidates, free, row_ptr, row_counter, row_amount, available, constraint_kind, constraint_applies,
-        constraint_values,
-    )  # fmt: skip
-    n_claims = claim_first_req.shape[0] - 1
+    _check(inputs, nodes)
+    n_claims = inputs.claim_first_req.shape[0] - 1
     width = max_per_claim * n_claims
     status = np.zeros(len(nodes), np.int8)
     chosen = np.full((len(nodes), width), -1, np.int64)
     chosen_slot = np.full((len(nodes), width), -1, np.int64)
 
     for m, n in enumerate(nodes.tolist()):
-        node = _ReferenceNode(
-            int(node_start[n]), int(node_start[n + 1]), claim_first_req, req_first_slot, req_subs, slot_all,
-            slot_count, candidates, free, row_ptr, row_counter, row_amount, available, constraint_kind,
-            constraint_applies, constraint_values, max_work, max_per_claim,
-        )  # fmt: skip
+        lo, hi = int(inputs.node_start[n]), int(inputs.node_start[n + 1])
+        node = _ReferenceNode(lo, hi, inputs, max_work, max_per_claim)
         try:
             found = node.allocate(0, 0, 0, 0, False, node.lo)
         except _Stop:
@@ -531,19 +548,25 @@ def first_fit_reference(
 class _ReferenceNode:
     """One node's search for the twin: upstream's `_allocate_one` recursion over rows lo..hi-1."""
 
-    def __init__(
-        self, lo, hi, claim_first_req, req_first_slot, req_subs, slot_all, slot_count, candidates, free,
-        row_ptr, row_counter, row_amount, available, constraint_kind, constraint_applies,
-        constraint_values, max_work, max_per_claim,
-    ):  # fmt: skip
+    def __init__(self, lo: int, hi: int, inputs: FirstFitInputs, max_work: int, max_per_claim: int) -> None:
+        x = inputs
         self.lo, self.hi = lo, hi
-        self.claim_first_req, self.req_first_slot, self.req_subs = claim_first_req, req_first_slot, req_subs
-        self.slot_all, self.slot_count, self.candidates, self.free = slot_all, slot_count, candidates, free
-        self.row_ptr, self.row_counter, self.row_amount = row_ptr, row_counter, row_amount
-        self.available = available
-        self.kind, self.applies, self.values = constraint_kind, constraint_applies, constraint_values
+        self.claim_first_req, self.req_first_slot, self.req_subs = (
+            x.claim_first_req,
+            x.req_first_slot,
+            x.req_subs,
+        )
+        self.slot_all, self.slot_count, self.candidates, self.free = (
+            x.slot_all,
+            x.slot_count,
+            x.candidates,
+            x.free,
+        )
+        self.row_ptr, self.row_counter, self.row_amount = x.row_ptr, x.row_counter, x.row_amount
+        self.available = x.available
+        self.kind, self.applies, self.values = x.constraint_kind, x.constraint_applies, x.constraint_values
         self.max_work, self.max_per_claim = max_work, max_per_claim
-        self.n_claims = len(claim_first_req) - 1
+        self.n_claims = len(x.claim_first_req) - 1
         self.picks: list[tuple[int, int, int]] = []  # (row, slot, claim) in pick order
         self.consumed: dict[int, int] = {}
         self.work = 0
@@ -639,24 +662,23 @@ def warm_up() -> float:
     """Compile (or load from numba's cache) the kernel on a tiny input; returns the seconds taken."""
     started = time.perf_counter()
     rows = 4
-    first_fit(
-        np.array([0, 2, 4], np.int64),
-        np.array([0, 1], np.int64),
-        np.array([0, 1], np.int64),
-        np.array([0], np.int64),
-        np.array([0], np.int64),
-        np.array([0], np.int64),
-        np.zeros(1, np.uint8),
-        np.array([1], np.int64),
-        np.ones((1, rows), np.uint8),
-        np.ones(rows, np.uint8),
-        np.arange(rows + 1, dtype=np.int64),
-        np.array([0, 0, 1, 1], np.int64),
-        np.ones(rows, np.int64),
-        np.ones(2, np.int64),
-        np.zeros(0, np.int64),
-        np.zeros((0, 1), np.uint8),
-        np.zeros((0, rows), np.int32),
-        100,
+    inputs = first_fit_inputs(
+        node_start=np.array([0, 2, 4], np.int64),
+        claim_first_req=np.array([0, 1], np.int64),
+        req_first_slot=np.array([0], np.int64),
+        req_subs=np.array([0], np.int64),
+        slot_claim=np.array([0], np.int64),
+        slot_all=np.zeros(1, np.uint8),
+        slot_count=np.array([1], np.int64),
+        candidates=np.ones((1, rows), np.uint8),
+        free=np.ones(rows, np.uint8),
+        row_ptr=np.arange(rows + 1, dtype=np.int64),
+        row_counter=np.array([0, 0, 1, 1], np.int64),
+        row_amount=np.ones(rows, np.int64),
+        available=np.ones(2, np.int64),
+        constraint_kind=np.zeros(0, np.int64),
+        constraint_applies=np.zeros((0, 1), np.uint8),
+        constraint_values=np.zeros((0, rows), np.int32),
     )
+    first_fit(inputs, nodes=np.array([0, 1], np.int64), max_work=100)
     return time.perf_counter() - started

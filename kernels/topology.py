@@ -71,6 +71,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import numba
 import numpy as np
@@ -805,6 +806,179 @@ def _partition_parallel(
 
 
 # ---------------------------------------------------------------------------------------------------
+# inputs: one record per kernel family, built by one function each
+# ---------------------------------------------------------------------------------------------------
+
+
+class TopologyInputs(NamedTuple):
+    """Where every row sits and how a set is scored: what `best_sets` and `score_sets` share.
+
+    Depends on the index generation, the free and relevant rows and the settings, not on the pod's
+    requests or on which nodes a call solves. Build it with `topology_inputs`; the entry points check it.
+    """
+
+    node_start: np.ndarray
+    """int64 (N + 1,); node n owns rows node_start[n]:node_start[n + 1]."""
+    coords: np.ndarray
+    """int32 (rows, 4), group id per level (nvlink, pcie, numa, socket); -1 unknown."""
+    free: np.ndarray
+    """uint8 (rows,), 1 for a free device (fragmentation and packing only)."""
+    relevant: np.ndarray
+    """uint8 (rows,), 1 for devices of the pod's classes (fragmentation and packing only)."""
+    level_distance: np.ndarray
+    """float64 (5,), distance per level, node level last, increasing."""
+    link_offset: np.ndarray
+    """int64 (N,), start of node n's rows x rows link matrix in link_distance, or -1."""
+    link_distance: np.ndarray
+    """float64 (L,), link matrices row-major; NaN entries fall back to levels."""
+    weights: np.ndarray
+    """float64 (4,), locality, fragmentation, packing, cross-claim pair weight (all >= 0)."""
+    spread: bool
+    """Packing policy; True rewards emptier nodes, False (binpack) fuller ones."""
+
+
+class SearchRequests(NamedTuple):
+    """One pod's requests for `best_sets` (R requests, C constraints). Build it with `search_requests`."""
+
+    candidates: np.ndarray
+    """uint8 (R, rows); 1 where the row may serve request r (selector, free, untainted)."""
+    counts: np.ndarray
+    """int64 (R,), devices each request needs; K = sum(counts) <= 64."""
+    claim_of: np.ndarray
+    """int64 (R,), the claim index of each request (for the cross-claim pair weight)."""
+    constraint_kind: np.ndarray
+    """int64 (C,), 0 matchAttribute, 1 distinctAttribute."""
+    constraint_members: np.ndarray
+    """uint8 (C, R), 1 where request r is subject to constraint c."""
+    constraint_values: np.ndarray
+    """int32 (C, rows), interned attribute value; -1: the row lacks it."""
+
+
+class PartitionInputs(NamedTuple):
+    """The rows' parent groups and counter shares for `partition_terms`. Build it with `partition_inputs`."""
+
+    node_start: np.ndarray
+    """int64 (N + 1,), as in `TopologyInputs`."""
+    row_group: np.ndarray
+    """int64 (rows,), each row's parent group (-1: no partition)."""
+    row_cost: np.ndarray
+    """float64 (rows, C), the share of each of its group's counters a row consumes."""
+    group_counters: np.ndarray
+    """int64 (G,), how many cost columns group g uses (0: a group without counters)."""
+    group_free: np.ndarray
+    """float64 (G, C), the share of each counter not held by allocated devices."""
+    group_used: np.ndarray
+    """int64 (G,), how many of the group's rows are allocated."""
+    free: np.ndarray
+    """uint8 (rows,), 1 where the row is not allocated."""
+
+
+#: (dtype, dimensions) of every array the kernels take, by name: the builders convert to it, the
+#: checks hold records and call arguments to it.
+_LAYOUT: dict[str, tuple[type, int]] = {
+    "node_start": (np.int64, 1),
+    "nodes": (np.int64, 1),
+    "coords": (np.int32, 2),
+    "free": (np.uint8, 1),
+    "relevant": (np.uint8, 1),
+    "level_distance": (np.float64, 1),
+    "link_offset": (np.int64, 1),
+    "link_distance": (np.float64, 1),
+    "weights": (np.float64, 1),
+    "candidates": (np.uint8, 2),
+    "counts": (np.int64, 1),
+    "claim_of": (np.int64, 1),
+    "constraint_kind": (np.int64, 1),
+    "constraint_members": (np.uint8, 2),
+    "constraint_values": (np.int32, 2),
+    "sets": (np.int64, 2),
+    "set_claim": (np.int64, 1),
+    "row_group": (np.int64, 1),
+    "row_cost": (np.float64, 2),
+    "group_counters": (np.int64, 1),
+    "group_free": (np.float64, 2),
+    "group_used": (np.int64, 1),
+}
+
+_Record = TypeVar("_Record", TopologyInputs, SearchRequests, PartitionInputs)
+
+
+def _converted(record: _Record) -> _Record:
+    """The record with each array converted to its `_LAYOUT` dtype, C-contiguous (masks of bool
+    become uint8, sequences of numbers arrays); arrays that already conform are not copied."""
+    values: list[Any] = [
+        np.ascontiguousarray(value, dtype=_LAYOUT[name][0]) if name in _LAYOUT else value
+        for name, value in zip(record._fields, record, strict=True)
+    ]
+    return type(record)(*values)
+
+
+def _need_fields(record: TopologyInputs | SearchRequests | PartitionInputs) -> None:
+    """`_need` on every array field of the record, in field order."""
+    for name, value in zip(record._fields, record, strict=True):
+        if name in _LAYOUT:
+            _need(name, value, *_LAYOUT[name])
+
+
+def topology_inputs(
+    *,
+    node_start: np.ndarray,
+    coords: np.ndarray,
+    free: np.ndarray,
+    relevant: np.ndarray,
+    level_distance: Sequence[float] | np.ndarray,
+    link_offset: np.ndarray,
+    link_distance: np.ndarray,
+    weights: Sequence[float] | np.ndarray,
+    spread: bool,
+) -> TopologyInputs:
+    """The `TopologyInputs` record, each array converted to the dtype the kernels take (`_converted`)."""
+    given = TopologyInputs(
+        node_start,
+        coords,
+        free,
+        relevant,
+        np.asarray(level_distance),
+        link_offset,
+        link_distance,
+        np.asarray(weights),
+        bool(spread),
+    )
+    return _converted(given)
+
+
+def search_requests(
+    *,
+    candidates: np.ndarray,
+    counts: np.ndarray,
+    claim_of: np.ndarray,
+    constraint_kind: np.ndarray,
+    constraint_members: np.ndarray,
+    constraint_values: np.ndarray,
+) -> SearchRequests:
+    """The `SearchRequests` record, each array converted to the dtype the kernels take (`_converted`)."""
+    return _converted(
+        SearchRequests(candidates, counts, claim_of, constraint_kind, constraint_members, constraint_values)
+    )
+
+
+def partition_inputs(
+    *,
+    node_start: np.ndarray,
+    row_group: np.ndarray,
+    row_cost: np.ndarray,
+    group_counters: np.ndarray,
+    group_free: np.ndarray,
+    group_used: np.ndarray,
+    free: np.ndarray,
+) -> PartitionInputs:
+    """The `PartitionInputs` record, each array converted to the dtype the kernels take (`_converted`)."""
+    return _converted(
+        PartitionInputs(node_start, row_group, row_cost, group_counters, group_free, group_used, free)
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
 # input checks (shared by the kernels and the twins: both raise the same errors)
 # ---------------------------------------------------------------------------------------------------
 
@@ -822,27 +996,12 @@ def _need(name: str, value: object, dtype: type, ndim: int) -> np.ndarray:
     return value
 
 
-def _check_topology(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    coords: np.ndarray,
-    free: np.ndarray,
-    relevant: np.ndarray,
-    level_distance: np.ndarray,
-    link_offset: np.ndarray,
-    link_distance: np.ndarray,
-    weights: np.ndarray,
-) -> int:
+def _check_topology(topology: TopologyInputs, nodes: np.ndarray) -> int:
     """Check the arguments both entry points share; returns the number of rows."""
-    _need("node_start", node_start, np.int64, 1)
-    _need("nodes", nodes, np.int64, 1)
-    _need("coords", coords, np.int32, 2)
-    _need("free", free, np.uint8, 1)
-    _need("relevant", relevant, np.uint8, 1)
-    _need("level_distance", level_distance, np.float64, 1)
-    _need("link_offset", link_offset, np.int64, 1)
-    _need("link_distance", link_distance, np.float64, 1)
-    _need("weights", weights, np.float64, 1)
+    node_start, coords, free, relevant, level_distance, link_offset, link_distance, weights, _ = topology
+    _need("node_start", node_start, *_LAYOUT["node_start"])
+    _need("nodes", nodes, *_LAYOUT["nodes"])
+    _need_fields(topology)
     rows = coords.shape[0]
     n_nodes = node_start.shape[0] - 1
     if n_nodes < 0:
@@ -868,34 +1027,11 @@ def _check_topology(
     return rows
 
 
-def _check_best(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    candidates: np.ndarray,
-    counts: np.ndarray,
-    claim_of: np.ndarray,
-    coords: np.ndarray,
-    free: np.ndarray,
-    relevant: np.ndarray,
-    constraint_kind: np.ndarray,
-    constraint_members: np.ndarray,
-    constraint_values: np.ndarray,
-    level_distance: np.ndarray,
-    link_offset: np.ndarray,
-    link_distance: np.ndarray,
-    weights: np.ndarray,
-    max_work: int,
-) -> int:
+def _check_best(topology: TopologyInputs, requests: SearchRequests, nodes: np.ndarray, max_work: int) -> int:
     """Check `best_sets` arguments; returns K = sum(counts)."""
-    rows = _check_topology(
-        node_start, nodes, coords, free, relevant, level_distance, link_offset, link_distance, weights
-    )
-    _need("candidates", candidates, np.uint8, 2)
-    _need("counts", counts, np.int64, 1)
-    _need("claim_of", claim_of, np.int64, 1)
-    _need("constraint_kind", constraint_kind, np.int64, 1)
-    _need("constraint_members", constraint_members, np.uint8, 2)
-    _need("constraint_values", constraint_values, np.int32, 2)
+    rows = _check_topology(topology, nodes)
+    _need_fields(requests)
+    candidates, counts, claim_of, constraint_kind, constraint_members, constraint_values = requests
     n_req = counts.shape[0]
     if candidates.shape != (n_req, rows):
         raise ValueError(f"candidates must have shape (R, rows) = {(n_req, rows)}, got {candidates.shape}")
@@ -919,34 +1055,60 @@ def _check_best(
     return k_total
 
 
-def _check_score(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    sets: np.ndarray,
-    set_claim: np.ndarray,
-    coords: np.ndarray,
-    free: np.ndarray,
-    relevant: np.ndarray,
-    level_distance: np.ndarray,
-    link_offset: np.ndarray,
-    link_distance: np.ndarray,
-    weights: np.ndarray,
-) -> None:
-    """Check `score_sets` arguments, including that every set row belongs to its node."""
-    _check_topology(
-        node_start, nodes, coords, free, relevant, level_distance, link_offset, link_distance, weights
-    )
-    _need("sets", sets, np.int64, 2)
-    _need("set_claim", set_claim, np.int64, 1)
-    if sets.shape[0] != nodes.shape[0] or set_claim.shape[0] != sets.shape[1]:
-        raise ValueError(
-            f"sets must have shape (M, K) and set_claim (K,), got {sets.shape}, {set_claim.shape}"
-        )
+def _check_sets(node_start: np.ndarray, nodes: np.ndarray, sets: np.ndarray) -> None:
+    """Every entry of sets[m] is -1 or a row of node nodes[m]."""
     if sets.size:
         lo = node_start[nodes][:, None]
         hi = node_start[nodes + 1][:, None]
         if not np.all((sets == -1) | ((sets >= lo) & (sets < hi))):
             raise ValueError("every entry of sets[m] must be -1 or a row of node nodes[m]")
+
+
+def _check_score(
+    topology: TopologyInputs, nodes: np.ndarray, sets: np.ndarray, set_claim: np.ndarray
+) -> None:
+    """Check `score_sets` arguments, including that every set row belongs to its node."""
+    _check_topology(topology, nodes)
+    _need("sets", sets, *_LAYOUT["sets"])
+    _need("set_claim", set_claim, *_LAYOUT["set_claim"])
+    if sets.shape[0] != nodes.shape[0] or set_claim.shape[0] != sets.shape[1]:
+        raise ValueError(
+            f"sets must have shape (M, K) and set_claim (K,), got {sets.shape}, {set_claim.shape}"
+        )
+    _check_sets(topology.node_start, nodes, sets)
+
+
+def _check_partitions(inputs: PartitionInputs, nodes: np.ndarray, sets: np.ndarray) -> None:
+    """Check `partition_terms` arguments (the kernel and the twin raise the same errors)."""
+    node_start, row_group, row_cost, group_counters, group_free, group_used, free = inputs
+    _need("node_start", node_start, *_LAYOUT["node_start"])
+    _need("nodes", nodes, *_LAYOUT["nodes"])
+    _need("sets", sets, *_LAYOUT["sets"])
+    _need_fields(inputs)
+    rows = row_group.shape[0]
+    groups = group_counters.shape[0]
+    n_nodes = node_start.shape[0] - 1
+    if n_nodes < 0:
+        raise ValueError("node_start must have N + 1 entries")
+    if row_cost.shape[0] != rows or free.shape[0] != rows:
+        raise ValueError(f"row_cost and free must have {rows} rows (one per row of row_group)")
+    if n_nodes and (node_start[0] < 0 or node_start[-1] > rows or np.any(np.diff(node_start) < 0)):
+        raise ValueError(f"node_start must be non-decreasing within [0, {rows}]")
+    if nodes.size and (nodes.min() < 0 or nodes.max() >= n_nodes):
+        raise ValueError(f"nodes must index node_start (0 <= node < {n_nodes})")
+    if sets.shape[0] != nodes.shape[0]:
+        raise ValueError(f"sets must have one row per node ({nodes.shape[0]}), got {sets.shape[0]}")
+    _check_sets(node_start, nodes, sets)
+    if group_free.shape != (groups, row_cost.shape[1]) or group_used.shape[0] != groups:
+        raise ValueError(
+            f"group_free must have shape ({groups}, {row_cost.shape[1]}) and group_used {groups} entries"
+        )
+    if groups and (group_counters.min() < 0 or group_counters.max() > row_cost.shape[1]):
+        raise ValueError(f"group_counters must be within [0, {row_cost.shape[1]}] (the cost columns)")
+    if rows and row_group.max() >= groups:
+        raise ValueError(f"row_group entries must be groups (0 <= group < {groups}) or -1")
+    if not np.all(np.isfinite(row_cost)) or not np.all(np.isfinite(group_free)):
+        raise ValueError("row_cost and group_free must be finite")
 
 
 def _slots(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -962,43 +1124,14 @@ def _slots(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def best_sets(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    candidates: np.ndarray,
-    counts: np.ndarray,
-    claim_of: np.ndarray,
-    coords: np.ndarray,
-    free: np.ndarray,
-    relevant: np.ndarray,
-    constraint_kind: np.ndarray,
-    constraint_members: np.ndarray,
-    constraint_values: np.ndarray,
-    level_distance: np.ndarray,
-    link_offset: np.ndarray,
-    link_distance: np.ndarray,
-    weights: np.ndarray,
-    spread: bool,
-    max_work: int,
+    topology: TopologyInputs, requests: SearchRequests, *, nodes: np.ndarray, max_work: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The best valid device set on each of the given nodes, searched in parallel (numba).
 
     Args:
-        node_start: int64 (N + 1,); node n owns rows node_start[n]:node_start[n + 1].
+        topology: the index's topology and the score's policy (see `TopologyInputs`).
+        requests: the pod's requests and constraints (see `SearchRequests`).
         nodes: int64 (M,), the nodes to solve (indices into node_start).
-        candidates: uint8 (R, rows); 1 where the row may serve request r (selector, free, untainted).
-        counts: int64 (R,), devices each request needs; K = sum(counts) <= 64.
-        claim_of: int64 (R,), the claim index of each request (for the cross-claim pair weight).
-        coords: int32 (rows, 4), group id per level (nvlink, pcie, numa, socket); -1 unknown.
-        free: uint8 (rows,), 1 for a free device (fragmentation and packing only).
-        relevant: uint8 (rows,), 1 for devices of the pod's classes (fragmentation and packing only).
-        constraint_kind: int64 (C,), 0 matchAttribute, 1 distinctAttribute.
-        constraint_members: uint8 (C, R), 1 where request r is subject to constraint c.
-        constraint_values: int32 (C, rows), interned attribute value; -1: the row lacks it.
-        level_distance: float64 (5,), distance per level, node level last, increasing.
-        link_offset: int64 (N,), start of node n's rows x rows link matrix in link_distance, or -1.
-        link_distance: float64 (L,), link matrices row-major; NaN entries fall back to levels.
-        weights: float64 (4,), locality, fragmentation, packing, cross-claim pair weight (all >= 0).
-        spread: packing policy; True rewards emptier nodes, False (binpack) fuller ones.
         max_work: search budget per node, in tentative row additions.
 
     Returns:
@@ -1011,136 +1144,58 @@ def best_sets(
         TypeError: an argument is not a numpy array of the stated dtype.
         ValueError: shapes disagree, K > 64, or a value is out of range.
     """
-    k_total = _check_best(
-        node_start, nodes, candidates, counts, claim_of, coords, free, relevant, constraint_kind,
-        constraint_members, constraint_values, level_distance, link_offset, link_distance, weights, max_work,
-    )  # fmt: skip
+    k_total = _check_best(topology, requests, nodes, max_work)
     n_out = nodes.shape[0]
     status = np.zeros(n_out, np.int8)
     score = np.zeros(n_out)
     parts = np.zeros((n_out, 3))
     chosen = np.full((n_out, k_total), -1, np.int64)
-    slot_req, slot_pos = _slots(counts)
+    slot_req, slot_pos = _slots(requests.counts)
     if n_out:
+        t, q = topology, requests
         _best_sets_parallel(
-            node_start, nodes, candidates, counts, claim_of, coords, free, relevant, constraint_kind,
-            constraint_members, constraint_values, level_distance, link_offset, link_distance, weights,
-            bool(spread), int(max_work), slot_req, slot_pos, status, score, parts, chosen,
+            t.node_start, nodes, q.candidates, q.counts, q.claim_of, t.coords, t.free, t.relevant,
+            q.constraint_kind, q.constraint_members, q.constraint_values, t.level_distance, t.link_offset,
+            t.link_distance, t.weights, bool(t.spread), int(max_work), slot_req, slot_pos, status, score,
+            parts, chosen,
         )  # fmt: skip
     return status, score, parts, chosen
 
 
 def score_sets(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    sets: np.ndarray,
-    set_claim: np.ndarray,
-    coords: np.ndarray,
-    free: np.ndarray,
-    relevant: np.ndarray,
-    level_distance: np.ndarray,
-    link_offset: np.ndarray,
-    link_distance: np.ndarray,
-    weights: np.ndarray,
-    spread: bool,
+    topology: TopologyInputs, *, nodes: np.ndarray, sets: np.ndarray, set_claim: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Score one given set per node (e.g. a first-fit allocation), in parallel (numba).
 
     Args:
+        topology: as for `best_sets`.
+        nodes: int64 (M,), the nodes to score (indices into node_start).
         sets: int64 (M, K); sets[m, k] is a row of node nodes[m] serving claim set_claim[k], or -1
             (ignored). A node whose entries are all -1 scores 0 with parts 0.
         set_claim: int64 (K,), claim index of each column.
-        Others: as for `best_sets`.
 
     Returns:
         score float64 (M,), parts float64 (M, 3) (locality, fragmentation, packing).
     """
-    _check_score(
-        node_start, nodes, sets, set_claim, coords, free, relevant, level_distance, link_offset,
-        link_distance, weights,
-    )  # fmt: skip
+    _check_score(topology, nodes, sets, set_claim)
     score = np.zeros(nodes.shape[0])
     parts = np.zeros((nodes.shape[0], 3))
     if nodes.shape[0]:
+        t = topology
         _score_sets_parallel(
-            node_start, nodes, sets, set_claim, coords, free, relevant, level_distance, link_offset,
-            link_distance, weights, bool(spread), score, parts,
+            t.node_start, nodes, sets, set_claim, t.coords, t.free, t.relevant, t.level_distance,
+            t.link_offset, t.link_distance, t.weights, bool(t.spread), score, parts,
         )  # fmt: skip
     return score, parts
 
 
-def _check_partitions(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    sets: np.ndarray,
-    row_group: np.ndarray,
-    row_cost: np.ndarray,
-    group_counters: np.ndarray,
-    group_free: np.ndarray,
-    group_used: np.ndarray,
-    free: np.ndarray,
-) -> None:
-    """Check `partition_terms` arguments (the kernel and the twin raise the same errors)."""
-    _need("node_start", node_start, np.int64, 1)
-    _need("nodes", nodes, np.int64, 1)
-    _need("sets", sets, np.int64, 2)
-    _need("row_group", row_group, np.int64, 1)
-    _need("row_cost", row_cost, np.float64, 2)
-    _need("group_counters", group_counters, np.int64, 1)
-    _need("group_free", group_free, np.float64, 2)
-    _need("group_used", group_used, np.int64, 1)
-    _need("free", free, np.uint8, 1)
-    rows = row_group.shape[0]
-    groups = group_counters.shape[0]
-    n_nodes = node_start.shape[0] - 1
-    if n_nodes < 0:
-        raise ValueError("node_start must have N + 1 entries")
-    if row_cost.shape[0] != rows or free.shape[0] != rows:
-        raise ValueError(f"row_cost and free must have {rows} rows (one per row of row_group)")
-    if n_nodes and (node_start[0] < 0 or node_start[-1] > rows or np.any(np.diff(node_start) < 0)):
-        raise ValueError(f"node_start must be non-decreasing within [0, {rows}]")
-    if nodes.size and (nodes.min() < 0 or nodes.max() >= n_nodes):
-        raise ValueError(f"nodes must index node_start (0 <= node < {n_nodes})")
-    if sets.shape[0] != nodes.shape[0]:
-        raise ValueError(f"sets must have one row per node ({nodes.shape[0]}), got {sets.shape[0]}")
-    if sets.size:
-        lo = node_start[nodes][:, None]
-        hi = node_start[nodes + 1][:, None]
-        if not np.all((sets == -1) | ((sets >= lo) & (sets < hi))):
-            raise ValueError("every entry of sets[m] must be -1 or a row of node nodes[m]")
-    if group_free.shape != (groups, row_cost.shape[1]) or group_used.shape[0] != groups:
-        raise ValueError(
-            f"group_free must have shape ({groups}, {row_cost.shape[1]}) and group_used {groups} entries"
-        )
-    if groups and (group_counters.min() < 0 or group_counters.max() > row_cost.shape[1]):
-        raise ValueError(f"group_counters must be within [0, {row_cost.shape[1]}] (the cost columns)")
-    if rows and row_group.max() >= groups:
-        raise ValueError(f"row_group entries must be groups (0 <= group < {groups}) or -1")
-    if not np.all(np.isfinite(row_cost)) or not np.all(np.isfinite(group_free)):
-        raise ValueError("row_cost and group_free must be finite")
-
-
-def partition_terms(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    sets: np.ndarray,
-    row_group: np.ndarray,
-    row_cost: np.ndarray,
-    group_counters: np.ndarray,
-    group_free: np.ndarray,
-    group_used: np.ndarray,
-    free: np.ndarray,
-) -> np.ndarray:
+def partition_terms(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndarray) -> np.ndarray:
     """The partition terms of one given set per node, in parallel (numba).
 
     Args:
+        inputs: the rows' parent groups, counter shares and free rows (see `PartitionInputs`).
+        nodes: int64 (M,), the nodes of the sets (indices into node_start).
         sets: int64 (M, K), rows of node nodes[m] or -1 (as for `score_sets`).
-        row_group: int64 (rows,), each row's parent group (-1: no partition).
-        row_cost: float64 (rows, C), the share of each of its group's counters a row consumes.
-        group_counters: int64 (G,), how many cost columns group g uses (0: a group without counters).
-        group_free: float64 (G, C), the share of each counter not held by allocated devices.
-        group_used: int64 (G,), how many of the group's rows are allocated.
-        free: uint8 (rows,), 1 where the row is not allocated.
 
     Returns:
         float64 (M, 2): (partition packing, partition headroom), both NaN where the set takes no
@@ -1152,14 +1207,14 @@ def partition_terms(
         largest size (mean share over the group's counters) of a free row of the group, not in the
         set, whose costs fit the group's free counters, before and after the set's costs are taken.
     """
-    _check_partitions(
-        node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free
-    )
+    _check_partitions(inputs, nodes, sets)
     out = np.zeros((nodes.shape[0], 2))
     if nodes.shape[0]:
+        p = inputs
         _partition_parallel(
-            node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free, out
-        )
+            p.node_start, nodes, sets, p.row_group, p.row_cost, p.group_counters, p.group_free,
+            p.group_used, p.free, out,
+        )  # fmt: skip
     return out
 
 
@@ -1178,47 +1233,52 @@ def warm_up() -> float:
     Both the exact path and the budget-exceeded greedy path run.
     """
     started = time.perf_counter()
-    args = _tiny_index()
+    topology, requests = _tiny_index()
+    nodes = np.array([0, 1], np.int64)
     for max_work in (1, 1000):
-        best_sets(*args, max_work)
-    node_start, nodes = args[0], args[1]
+        best_sets(topology, requests, nodes=nodes, max_work=max_work)
     sets = np.array([[0, 2], [-1, -1]], np.int64)
-    score_sets(node_start, nodes, sets, np.zeros(2, np.int64), *args[5:8], *args[11:16])
-    group = np.array([0, 0, -1, -1, 1, 1, 1, -1], np.int64)
-    cost = np.array([[0.5, 0.5]] * 4 + [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])
-    partition_terms(
-        node_start, nodes, sets, group, cost, np.array([2, 0], np.int64), np.ones((2, 2)),
-        np.array([1, 0], np.int64), args[6],
-    )  # fmt: skip
+    score_sets(topology, nodes=nodes, sets=sets, set_claim=np.zeros(2, np.int64))
+    partitions = partition_inputs(
+        node_start=topology.node_start,
+        row_group=np.array([0, 0, -1, -1, 1, 1, 1, -1], np.int64),
+        row_cost=np.array([[0.5, 0.5]] * 4 + [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]]),
+        group_counters=np.array([2, 0], np.int64),
+        group_free=np.ones((2, 2)),
+        group_used=np.array([1, 0], np.int64),
+        free=topology.free,
+    )
+    partition_terms(partitions, nodes=nodes, sets=sets)
     return time.perf_counter() - started
 
 
-def _tiny_index() -> tuple:
+def _tiny_index() -> tuple[TopologyInputs, SearchRequests]:
     """Two nodes of 4 rows, one request of 2 with a matchAttribute, one node with a link matrix."""
-    node_start = np.array([0, 4, 8], np.int64)
     rows = 8
     coords = np.repeat(np.array([[0, 1, 2, 3]], np.int32), rows, axis=0)
     coords[1::2, 0] = -1
     link = np.full(16, np.nan)
     link[1] = 1.5
-    return (
-        node_start,
-        np.array([0, 1], np.int64),
-        np.ones((1, rows), np.uint8),
-        np.array([2], np.int64),
-        np.zeros(1, np.int64),
-        coords,
-        np.ones(rows, np.uint8),
-        np.ones(rows, np.uint8),
-        np.zeros(1, np.int64),
-        np.ones((1, 1), np.uint8),
-        np.zeros((1, rows), np.int32),
-        np.array([1.0, 2.0, 3.0, 4.0, 6.0]),
-        np.array([-1, 0], np.int64),
-        link,
-        np.array([4.0, 2.0, 1.0, 1.0]),
-        False,
+    topology = topology_inputs(
+        node_start=np.array([0, 4, 8], np.int64),
+        coords=coords,
+        free=np.ones(rows, np.uint8),
+        relevant=np.ones(rows, np.uint8),
+        level_distance=(1.0, 2.0, 3.0, 4.0, 6.0),
+        link_offset=np.array([-1, 0], np.int64),
+        link_distance=link,
+        weights=(4.0, 2.0, 1.0, 1.0),
+        spread=False,
     )
+    requests = search_requests(
+        candidates=np.ones((1, rows), np.uint8),
+        counts=np.array([2], np.int64),
+        claim_of=np.zeros(1, np.int64),
+        constraint_kind=np.zeros(1, np.int64),
+        constraint_members=np.ones((1, 1), np.uint8),
+        constraint_values=np.zeros((1, rows), np.int32),
+    )
+    return topology, requests
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1236,30 +1296,19 @@ class _RefNode:
     Distances, constraint checks and scores are computed from the definitions, from scratch each time.
     """
 
-    def __init__(
-        self,
-        n: int,
-        node_start: np.ndarray,
-        coords: np.ndarray,
-        free: np.ndarray,
-        relevant: np.ndarray,
-        level_distance: np.ndarray,
-        link_offset: np.ndarray,
-        link_distance: np.ndarray,
-        weights: np.ndarray,
-        spread: bool,
-    ) -> None:
-        self.lo = int(node_start[n])
-        hi = int(node_start[n + 1])
+    def __init__(self, n: int, topology: TopologyInputs) -> None:
+        t = topology
+        self.lo = int(t.node_start[n])
+        hi = int(t.node_start[n + 1])
         self.size = hi - self.lo
-        offset = int(link_offset[n])
-        self.link = link_distance[offset : offset + self.size**2].tolist() if offset >= 0 else None
-        self.coords: list[list[int]] = coords[self.lo : hi].tolist()
-        self.free: list[int] = free[self.lo : hi].tolist()
-        self.relevant: list[int] = relevant[self.lo : hi].tolist()
-        self.level_distance: list[float] = level_distance.tolist()
-        self.weights: list[float] = weights.tolist()
-        self.spread = spread
+        offset = int(t.link_offset[n])
+        self.link = t.link_distance[offset : offset + self.size**2].tolist() if offset >= 0 else None
+        self.coords: list[list[int]] = t.coords[self.lo : hi].tolist()
+        self.free: list[int] = t.free[self.lo : hi].tolist()
+        self.relevant: list[int] = t.relevant[self.lo : hi].tolist()
+        self.level_distance: list[float] = t.level_distance.tolist()
+        self.weights: list[float] = t.weights.tolist()
+        self.spread = bool(t.spread)
 
     def distance(self, i: int, j: int) -> float:
         """Distance of positions i and j (link matrix entry, else shared level, else node)."""
@@ -1345,16 +1394,10 @@ class _RefNode:
 
 
 def _ref_node(
-    node: _RefNode,
-    candidates: np.ndarray,
-    counts: np.ndarray,
-    claim_of: np.ndarray,
-    constraint_kind: np.ndarray,
-    constraint_members: np.ndarray,
-    constraint_values: np.ndarray,
-    max_work: int,
+    node: _RefNode, requests: SearchRequests, max_work: int
 ) -> tuple[int, tuple[float, float, float, float] | None, list[int]]:
     """(status, (score, locality, fragmentation, packing) or None, positions in slot order) of one node."""
+    candidates, counts, claim_of, constraint_kind, constraint_members, constraint_values = requests
     lo, hi = node.lo, node.lo + node.size
     n_req = counts.shape[0]
     slot_req = [r for r in range(n_req) for _ in range(int(counts[r]))]
@@ -1456,84 +1499,42 @@ def _ref_node(
 
 
 def best_sets_reference(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    candidates: np.ndarray,
-    counts: np.ndarray,
-    claim_of: np.ndarray,
-    coords: np.ndarray,
-    free: np.ndarray,
-    relevant: np.ndarray,
-    constraint_kind: np.ndarray,
-    constraint_members: np.ndarray,
-    constraint_values: np.ndarray,
-    level_distance: np.ndarray,
-    link_offset: np.ndarray,
-    link_distance: np.ndarray,
-    weights: np.ndarray,
-    spread: bool,
-    max_work: int,
+    topology: TopologyInputs, requests: SearchRequests, *, nodes: np.ndarray, max_work: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Plain Python twin of `best_sets` (same arguments, results and algorithm), serial over nodes."""
-    k_total = _check_best(
-        node_start, nodes, candidates, counts, claim_of, coords, free, relevant, constraint_kind,
-        constraint_members, constraint_values, level_distance, link_offset, link_distance, weights, max_work,
-    )  # fmt: skip
+    k_total = _check_best(topology, requests, nodes, max_work)
     n_out = nodes.shape[0]
     status = np.zeros(n_out, np.int8)
     score = np.zeros(n_out)
     parts = np.zeros((n_out, 3))
     chosen = np.full((n_out, k_total), -1, np.int64)
     for m in range(n_out):
-        node = _RefNode(
-            int(nodes[m]), node_start, coords, free, relevant, level_distance, link_offset, link_distance,
-            weights, bool(spread),
-        )  # fmt: skip
-        st, best, rows = _ref_node(
-            node, candidates, counts, claim_of, constraint_kind, constraint_members, constraint_values,
-            int(max_work),
-        )  # fmt: skip
+        node = _RefNode(int(nodes[m]), topology)
+        st, best, rows = _ref_node(node, requests, int(max_work))
         status[m] = st
         if best is None:
             continue
         score[m] = best[0]
         parts[m] = best[1:]
         k = 0
-        for c in counts.tolist():
+        for c in requests.counts.tolist():
             chosen[m, k : k + c] = [node.lo + x for x in sorted(rows[k : k + c])]
             k += c
     return status, score, parts, chosen
 
 
 def score_sets_reference(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    sets: np.ndarray,
-    set_claim: np.ndarray,
-    coords: np.ndarray,
-    free: np.ndarray,
-    relevant: np.ndarray,
-    level_distance: np.ndarray,
-    link_offset: np.ndarray,
-    link_distance: np.ndarray,
-    weights: np.ndarray,
-    spread: bool,
+    topology: TopologyInputs, *, nodes: np.ndarray, sets: np.ndarray, set_claim: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Plain Python twin of `score_sets`, serial over nodes."""
-    _check_score(
-        node_start, nodes, sets, set_claim, coords, free, relevant, level_distance, link_offset,
-        link_distance, weights,
-    )  # fmt: skip
+    _check_score(topology, nodes, sets, set_claim)
     score = np.zeros(nodes.shape[0])
     parts = np.zeros((nodes.shape[0], 3))
     for m in range(nodes.shape[0]):
         keep = [k for k in range(sets.shape[1]) if sets[m, k] >= 0]
         if not keep:
             continue
-        node = _RefNode(
-            int(nodes[m]), node_start, coords, free, relevant, level_distance, link_offset, link_distance,
-            weights, bool(spread),
-        )  # fmt: skip
+        node = _RefNode(int(nodes[m]), topology)
         rows = [int(sets[m, k]) - node.lo for k in keep]
         result = node.score(rows, [int(set_claim[k]) for k in keep])
         score[m] = result[0]
@@ -1541,21 +1542,10 @@ def score_sets_reference(
     return score, parts
 
 
-def partition_terms_reference(
-    node_start: np.ndarray,
-    nodes: np.ndarray,
-    sets: np.ndarray,
-    row_group: np.ndarray,
-    row_cost: np.ndarray,
-    group_counters: np.ndarray,
-    group_free: np.ndarray,
-    group_used: np.ndarray,
-    free: np.ndarray,
-) -> np.ndarray:
+def partition_terms_reference(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndarray) -> np.ndarray:
     """Plain Python twin of `partition_terms`, serial over nodes, from the definitions."""
-    _check_partitions(
-        node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free
-    )
+    _check_partitions(inputs, nodes, sets)
+    node_start, row_group, row_cost, group_counters, group_free, group_used, free = inputs
     out = np.zeros((nodes.shape[0], 2))
     for m in range(nodes.shape[0]):
         lo, hi = int(node_start[nodes[m]]), int(node_start[nodes[m] + 1])

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadtests.generate import (
@@ -244,7 +244,9 @@ class NodeType:
     labels: dict[str, str]
     slices: Callable[[_Ids, str], list[SliceSpec]]
     #: (driver, class of a held claim, device names that can be held one by one); A100 is separate.
-    holdable: Callable[[], list[tuple[str, str, list[str]]]]
+    holdable: Callable[[], list[tuple[str, str, list[str]]]] = list
+    #: Devices per node by device class (or capacity family), where a generator counts capacity.
+    capacity: dict[str, int] = field(default_factory=dict)
 
 
 def _h100_slices(ids: _Ids, node: str) -> list[SliceSpec]:
@@ -405,16 +407,30 @@ FLEET: dict[str, NodeType] = {
 }
 
 
-def fleet_counts(nodes: int) -> dict[str, int]:
-    """Nodes per type: largest remainder over the shares (ties: `FLEET` order)."""
-    types = list(FLEET.values())
+def share_counts(node_types: Iterable[NodeType], nodes: int, *, every_type: bool = False) -> dict[str, int]:
+    """Nodes per type: largest remainder over the shares (ties: the given order).
+
+    `every_type`: when there are at least as many nodes as types, a type rounded down to zero
+    takes a node from the largest type, so every type exists.
+    """
+    types = list(node_types)
     total = sum(t.share for t in types)
     exact = [nodes * t.share / total for t in types]
     counts = [int(x) for x in exact]
     by_remainder = sorted(range(len(types)), key=lambda i: (-(exact[i] - counts[i]), i))
     for i in by_remainder[: nodes - sum(counts)]:
         counts[i] += 1
+    if every_type and nodes >= len(types):
+        for i in range(len(types)):
+            if counts[i] == 0:
+                counts[max(range(len(types)), key=lambda k: counts[k])] -= 1
+                counts[i] = 1
     return {t.name: c for t, c in zip(types, counts, strict=True)}
+
+
+def fleet_counts(nodes: int) -> dict[str, int]:
+    """Nodes per type of `FLEET`: largest remainder over the shares (ties: `FLEET` order)."""
+    return share_counts(FLEET.values(), nodes)
 
 
 def mixed_node_name(type_name: str, number: int) -> str:
@@ -700,6 +716,22 @@ def _allocated_claim(ids: _Ids, hold: Hold, number: int) -> tuple[Obj, Obj]:
 # ----------------------------------------------------------------- the cluster
 
 
+def add_nodes(ids: _Ids, objects: list[Obj], nodes: list[tuple[str, NodeType]]) -> list[tuple[str, NodeType]]:
+    """Append each (name, type) node in cluster order to `objects`: the Node (labelled with its
+    type's labels and `NODE_TYPE_LABEL`) and one ResourceSlice per slice its type publishes (a
+    driver's slices form one pool). Returns `nodes`."""
+    for number, (name, node_type) in enumerate(nodes, start=1):
+        node = node_object(ids, number, name, {**node_type.labels, NODE_TYPE_LABEL: node_type.name})
+        objects.append(node)
+        specs = node_type.slices(ids, name)
+        for driver, devices, counters in specs:
+            pool_slices = sum(1 for d, _, _ in specs if d == driver)
+            objects.append(
+                _slice(ids, node, driver, devices, pool_slices=pool_slices, shared_counters=counters)
+            )
+    return nodes
+
+
 def generate_mixed_cluster(
     *, nodes: int, seed: int, held_fraction: float = 0.3, pods: int = 200
 ) -> tuple[list[Obj], list[Obj]]:
@@ -731,19 +763,9 @@ def generate_mixed_cluster(
     ]
     order = [name for name, count in fleet_counts(nodes).items() for _ in range(count)]
     rng.shuffle(order)
-    placed: list[tuple[str, NodeType]] = []
-    for number, type_name in enumerate(order, start=1):
-        node_type = FLEET[type_name]
-        name = mixed_node_name(type_name, number)
-        node = node_object(ids, number, name, {**node_type.labels, NODE_TYPE_LABEL: type_name})
-        objects.append(node)
-        specs = node_type.slices(ids, name)
-        for driver, devices, counters in specs:
-            pool_slices = sum(1 for d, _, _ in specs if d == driver)
-            objects.append(
-                _slice(ids, node, driver, devices, pool_slices=pool_slices, shared_counters=counters)
-            )
-        placed.append((name, node_type))
+    placed = add_nodes(
+        ids, objects, [(mixed_node_name(t, n), FLEET[t]) for n, t in enumerate(order, start=1)]
+    )
     for number, hold in enumerate(_holds(rng, placed, held_fraction), start=1):
         claim, pod = _allocated_claim(ids, hold, number)
         objects.extend((pod, claim))

@@ -535,7 +535,7 @@ def generate_cluster(
     nics_per_node: int = 4,
     allocated_fraction: float = 0.3,
     pods: int = 200,
-) -> tuple[list[dict], list[dict]]:
+) -> tuple[list[Obj], list[Obj]]:
     """Generate a cluster and pending pods (see the module docstring for what is in them).
 
     Args:

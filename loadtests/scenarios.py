@@ -34,6 +34,7 @@ of other processes are invisible, so run binds from one process.
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import os
 import platform
@@ -61,8 +62,10 @@ CLUSTER_FILE, PODS_FILE = "cluster.yaml", "pods.jsonl"
 #: Shape keywords of `--dra-shapes` that stand for the generators' fast-path / exact-search shapes
 #: (claims without / with constraints), of the H100 fleet and of the mixed fleet (`--fleet mixed`).
 SHAPE_GROUPS: dict[str, frozenset[str]] = {
-    "fast": frozenset(name for name, s in [*SHAPES.items(), *MIXED_SHAPES.items()] if not s.exact_search),
-    "exact": frozenset(name for name, s in [*SHAPES.items(), *MIXED_SHAPES.items()] if s.exact_search),
+    "fast": frozenset({n for n, s in SHAPES.items() if not s.exact_search})
+    | {n for n, m in MIXED_SHAPES.items() if not m.exact_search},
+    "exact": frozenset({n for n, s in SHAPES.items() if s.exact_search})
+    | {n for n, m in MIXED_SHAPES.items() if m.exact_search},
 }
 #: Bind `Error` text the extender uses when devices that passed filter were taken meanwhile.
 _IN_USE = re.compile(r"\bin use\b")
@@ -134,7 +137,8 @@ def load_nodes(paths: Sequence[Path] | None) -> list[Obj]:
     nodes = [_informer_copy(node) for doc in docs for node in _nodes_in(doc)]
     names = [(node.get("metadata") or {}).get("name") for node in nodes]
     if not nodes:
-        raise ValueError(f"no Node objects in {', '.join(map(str, paths or ['the embedded sample']))}")
+        where = ", ".join(str(path) for path in paths) if paths else "the embedded sample"
+        raise ValueError(f"no Node objects in {where}")
     if len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
         raise ValueError("every Node needs a unique, non-empty metadata.name")
     return nodes
@@ -531,9 +535,9 @@ def percentile(sorted_ms: Sequence[float], q: float) -> float:
     return sorted_ms[rank - 1]
 
 
-def machine() -> str:
-    """CPU model and core count of this machine, for the report."""
-    model = platform.processor() or "unknown CPU"
+def machine_facts() -> dict[str, Any]:
+    """CPU model, core counts, Python and numpy versions of this machine (the benches report these)."""
+    model = platform.processor() or "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -545,4 +549,19 @@ def machine() -> str:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:
         usable = os.cpu_count() or 0
-    return f"{model}, {os.cpu_count()} cores ({usable} usable), Python {platform.python_version()}"
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "numpy": importlib.metadata.version("numpy"),
+        "platform": platform.platform(),
+    }
+
+
+def machine() -> str:
+    """CPU model and core count of this machine, for the report."""
+    facts = machine_facts()
+    model = facts["cpu"] if facts["cpu"] != "unknown" else "unknown CPU"
+    return f"{model}, {facts['cores']} cores ({facts['usable_cores']} usable), Python {facts['python']}"

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from bench import placement as sim
-from bench import topology_cluster as tc
 from extender.core.placement import Placement
+from loadtests import topology_fleet as tc
 
 NODES, JOBS, SEED = 12, 150, 3
 #: Attributes that put devices in one `nvlink` group in the generated cluster, per DEFAULT_DRIVERS.

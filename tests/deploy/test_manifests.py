@@ -300,3 +300,49 @@ def test_dockerfile_runs_the_cli_as_the_deployments_non_root_user():
     assert int(user[-1][0]) == pod_security["runAsUser"]
     assert re.search(r'^ENTRYPOINT \["dra-extender"\]$', text, flags=re.MULTILINE)
     assert _container(EXTENDER_DEPLOYMENT)["args"][0] == "serve"
+
+
+def _final_stage() -> list[str]:
+    """The Dockerfile's last stage as logical instructions (continuation lines joined, comments out)."""
+    text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n\s*", " ", "\n".join(lines))
+    instructions = [line.strip() for line in joined.splitlines() if line.strip()]
+    last_from = max(i for i, line in enumerate(instructions) if line.startswith("FROM "))
+    return instructions[last_from:]
+
+
+def test_dockerfile_compiles_the_kernels_into_the_runtime_cache_dir():
+    """The image ships compiled kernels: `python -m kernels` runs at build time, as the runtime
+    user, after the ENV that sets NUMBA_CACHE_DIR for the container, into a directory that user
+    owns (numba only uses a cache directory it can write)."""
+    stage = _final_stage()
+    env = [i for i, line in enumerate(stage) if line.startswith("ENV ") and "NUMBA_CACHE_DIR=" in line]
+    assert len(env) == 1, "NUMBA_CACHE_DIR is set once, for build and runtime alike"
+    (cache,) = re.findall(r"NUMBA_CACHE_DIR=(\S+)", stage[env[0]])
+    warm = [i for i, line in enumerate(stage) if re.fullmatch(r"RUN python -m kernels", line)]
+    users = [i for i, line in enumerate(stage) if line.startswith("USER ")]
+    assert warm and users and env[0] < warm[0] and users[-1] < warm[0]
+    runtime_user = stage[users[-1]].split()[1].split(":")[0]
+    made = [line for line in stage[: warm[0]] if line.startswith("RUN install -d ") and line.endswith(cache)]
+    assert made and f"-o {runtime_user}" in made[0], "the build creates the cache dir for the runtime user"
+    assert not any(re.search(r"NUMBA_CACHE_DIR|NUMBA_DISABLE_JIT", line) for line in stage[warm[0] :])
+
+
+def test_deployment_seeds_its_cache_volume_from_the_image():
+    """The pod's NUMBA_CACHE_DIR is the image's; an init container of the same image copies the
+    compiled kernels from that path into the emptyDir the extender mounts over it."""
+    stage = _final_stage()
+    (image_cache,) = re.findall(r"NUMBA_CACHE_DIR=(\S+)", " ".join(stage))
+    cache = _pod_env(EXTENDER_DEPLOYMENT)["NUMBA_CACHE_DIR"]
+    assert cache == image_cache
+    pod = EXTENDER_DEPLOYMENT["spec"]["template"]["spec"]
+    (init,) = [c for c in pod.get("initContainers", []) if c["name"] == "numba-cache"]
+    assert init["image"] == _container(EXTENDER_DEPLOYMENT)["image"]
+    volume = next(
+        m["name"] for m in _container(EXTENDER_DEPLOYMENT)["volumeMounts"] if m["mountPath"] == cache
+    )
+    (seed,) = [m["mountPath"] for m in init["volumeMounts"] if m["name"] == volume]
+    assert not _under(seed, cache) and seed != cache, "the init container must still see the image's files"
+    assert init["command"] == ["cp", "-R", f"{cache}/.", f"{seed}/"]
+    assert init["securityContext"] == _container(EXTENDER_DEPLOYMENT)["securityContext"]

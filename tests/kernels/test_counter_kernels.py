@@ -9,7 +9,7 @@ and the budget hand-off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pytest
@@ -38,15 +38,12 @@ class Case:
     constraint_applies: np.ndarray
     constraint_values: np.ndarray
 
-    def args(self, nodes: np.ndarray | None = None) -> tuple:
-        if nodes is None:
-            nodes = np.arange(len(self.node_start) - 1, dtype=np.int64)
-        return (
-            self.node_start, nodes, self.claim_first_req, self.req_first_slot, self.req_subs,
-            self.slot_claim, self.slot_all, self.slot_count, self.candidates, self.free, self.row_ptr,
-            self.row_counter, self.row_amount, self.available, self.constraint_kind,
-            self.constraint_applies, self.constraint_values,
-        )  # fmt: skip
+    def inputs(self) -> counters.FirstFitInputs:
+        """The case as the kernel's record, as given (not converted: the input checks must see it)."""
+        return counters.FirstFitInputs(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+    def nodes(self) -> np.ndarray:
+        return np.arange(len(self.node_start) - 1, dtype=np.int64)
 
 
 def i64(values: list[int]) -> np.ndarray:
@@ -121,8 +118,11 @@ def random_case(rng: np.random.Generator) -> Case:
 
 
 def both(case: Case, max_work: int = 10**6, max_per_claim: int = 32, nodes: np.ndarray | None = None):
-    fast = counters.first_fit(*case.args(nodes), max_work, max_per_claim)
-    slow = counters.first_fit_reference(*case.args(nodes), max_work, max_per_claim)
+    nodes = case.nodes() if nodes is None else nodes
+    fast = counters.first_fit(case.inputs(), nodes=nodes, max_work=max_work, max_per_claim=max_per_claim)
+    slow = counters.first_fit_reference(
+        case.inputs(), nodes=nodes, max_work=max_work, max_per_claim=max_per_claim
+    )
     for a, b in zip(fast, slow, strict=True):
         np.testing.assert_array_equal(a, b)
     return fast
@@ -279,12 +279,14 @@ def test_only_the_requested_nodes_are_solved() -> None:
 def test_bad_inputs_raise_clear_errors() -> None:
     case = mig_node()
     with pytest.raises(TypeError, match="free must be a 1-d uint8"):
-        counters.first_fit(*case.args()[:9], case.free.astype(bool), *case.args()[10:], 10)
+        counters.first_fit(
+            case.inputs()._replace(free=case.free.astype(bool)), nodes=case.nodes(), max_work=10
+        )
     case.candidates = np.ones((2, 7), np.uint8)
     with pytest.raises(ValueError, match="candidates must be"):
-        counters.first_fit(*case.args(), 10)
+        counters.first_fit(case.inputs(), nodes=case.nodes(), max_work=10)
     with pytest.raises(ValueError, match="candidates must be"):
-        counters.first_fit_reference(*case.args(), 10)
+        counters.first_fit_reference(case.inputs(), nodes=case.nodes(), max_work=10)
 
 
 def test_warm_up_compiles() -> None:

@@ -139,7 +139,7 @@ def naive_size(case: Case, n: int) -> int:
 
 @dataclass
 class Case:
-    """One pod's kernel inputs over a small index (the argument order of best_sets, less max_work)."""
+    """One pod's kernel inputs over a small index, flat (`topology()` and `requests()` build the records)."""
 
     node_start: np.ndarray
     candidates: np.ndarray
@@ -162,20 +162,38 @@ class Case:
         if self.nodes.size == 0:
             self.nodes = np.arange(len(self.node_start) - 1, dtype=np.int64)
 
+    def topology(self) -> topology.TopologyInputs:
+        """The case's topology record, as given (not converted: the input checks must see it)."""
+        return topology.TopologyInputs(
+            node_start=self.node_start,
+            coords=self.coords,
+            free=self.free,
+            relevant=self.relevant,
+            level_distance=self.level_distance,
+            link_offset=self.link_offset,
+            link_distance=self.link_distance,
+            weights=self.weights,
+            spread=self.spread,
+        )
+
+    def requests(self) -> topology.SearchRequests:
+        """The case's requests record, as given."""
+        return topology.SearchRequests(
+            candidates=self.candidates,
+            counts=self.counts,
+            claim_of=self.claim_of,
+            constraint_kind=self.constraint_kind,
+            constraint_members=self.constraint_members,
+            constraint_values=self.constraint_values,
+        )
+
     def best(self, fn: Callable[..., tuple[np.ndarray, ...]], max_work: int) -> tuple[np.ndarray, ...]:
-        return fn(
-            self.node_start, self.nodes, self.candidates, self.counts, self.claim_of, self.coords, self.free,
-            self.relevant, self.constraint_kind, self.constraint_members, self.constraint_values,
-            self.level_distance, self.link_offset, self.link_distance, self.weights, self.spread, max_work,
-        )  # fmt: skip
+        return fn(self.topology(), self.requests(), nodes=self.nodes, max_work=max_work)
 
     def score(
         self, fn: Callable[..., tuple[np.ndarray, ...]], sets: np.ndarray, set_claim: np.ndarray
     ) -> tuple:
-        return fn(
-            self.node_start, self.nodes, sets, set_claim, self.coords, self.free, self.relevant,
-            self.level_distance, self.link_offset, self.link_distance, self.weights, self.spread,
-        )  # fmt: skip
+        return fn(self.topology(), nodes=self.nodes, sets=sets, set_claim=set_claim)
 
 
 @dataclass
@@ -656,9 +674,8 @@ def terms(case: tuple[np.ndarray, ...], sets: list[list[int]], twin: bool = Fals
     node_start, group, cost, counters, group_free, group_used, free = case
     fn = topology.partition_terms_reference if twin else topology.partition_terms
     nodes = np.zeros(len(sets), np.int64)
-    return fn(
-        node_start, nodes, np.array(sets, np.int64), group, cost, counters, group_free, group_used, free
-    )
+    inputs = topology.PartitionInputs(node_start, group, cost, counters, group_free, group_used, free)
+    return fn(inputs, nodes=nodes, sets=np.array(sets, np.int64))
 
 
 def profile(name: str, start: int = 0) -> int:
@@ -746,8 +763,9 @@ def random_partition_case(rng: np.random.Generator) -> tuple[np.ndarray, np.ndar
 @pytest.mark.parametrize("seed", range(500, 530))
 def test_random_partition_terms_match_twin(seed: int) -> None:
     nodes, sets, (node_start, *arrays) = random_partition_case(np.random.default_rng(seed))
-    got = topology.partition_terms(node_start, nodes, sets, *arrays)
-    want = topology.partition_terms_reference(node_start, nodes, sets, *arrays)
+    inputs = topology.PartitionInputs(node_start, *arrays)
+    got = topology.partition_terms(inputs, nodes=nodes, sets=sets)
+    want = topology.partition_terms_reference(inputs, nodes=nodes, sets=sets)
     np.testing.assert_array_equal(got, want)
     assert np.all(np.isnan(got) | ((got >= 0.0) & (got <= 1.0)))
 
@@ -755,25 +773,16 @@ def test_random_partition_terms_match_twin(seed: int) -> None:
 def test_partition_input_checks() -> None:
     case = partition_case([[]])
     node_start, group, cost, counters, group_free, group_used, free = case
+    inputs = topology.PartitionInputs(node_start, group, cost, counters, group_free, group_used, free)
     sets = np.array([[0]], np.int64)
     nodes = np.zeros(1, np.int64)
     with pytest.raises(TypeError, match="row_group must have dtype int64"):
-        topology.partition_terms(
-            node_start, nodes, sets, group.astype(np.int32), cost, counters, group_free, group_used, free
-        )
+        topology.partition_terms(inputs._replace(row_group=group.astype(np.int32)), nodes=nodes, sets=sets)
     with pytest.raises(ValueError, match="row of node"):
-        topology.partition_terms(
-            node_start, nodes, np.array([[99]], np.int64), group, cost, counters, group_free, group_used, free
-        )
+        topology.partition_terms(inputs, nodes=nodes, sets=np.array([[99]], np.int64))
     with pytest.raises(ValueError, match="group_free must have shape"):
-        topology.partition_terms(
-            node_start, nodes, sets, group, cost, counters, group_free[:, :3], group_used, free
-        )
+        topology.partition_terms(inputs._replace(group_free=group_free[:, :3]), nodes=nodes, sets=sets)
     with pytest.raises(ValueError, match="finite"):
-        topology.partition_terms(
-            node_start, nodes, sets, group, cost, counters, group_free * np.inf, group_used, free
-        )
+        topology.partition_terms(inputs._replace(group_free=group_free * np.inf), nodes=nodes, sets=sets)
     with pytest.raises(ValueError, match="group_counters"):
-        topology.partition_terms(
-            node_start, nodes, sets, group, cost, counters + 5, group_free, group_used, free
-        )
+        topology.partition_terms(inputs._replace(group_counters=counters + 5), nodes=nodes, sets=sets)
