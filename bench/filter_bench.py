@@ -68,12 +68,12 @@ from extender import wiring
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
 from extender.core.placement import Placement
+from extender.objects import Obj
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScore
 from loadtests.generate import SHAPE_LABEL, SHAPES, generate_cluster
 from loadtests.scenarios import machine_facts
 
-Obj = dict[str, Any]
 MiB = 1024 * 1024
 
 #: What one bind does in file mode; printed with the results and stored in the JSON report.

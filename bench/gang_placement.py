@@ -17,7 +17,7 @@ placement quality for gangs. It measures quality, not latency (`bench.filter_ben
 - Policies: `first-fit` takes the first node that passes (upstream's first-fit devices);
   `node-local` takes the node `prioritize` ranks highest with gang scoring off (only the topology
   inside each node: locality, fragmentation, binpack); `gang-aware` is the same with the
-  service's default gang scoring (clique term, `extender/gang.py`). Ties: cluster order.
+  service's default gang scoring (clique term, `extender/core/gang.py`). Ties: cluster order.
 - Metrics (gangs arriving after `warmup` steps): gangs placed (%), placed gangs whole in one
   clique (%), mean cliques a placed gang spans, the largest block of untouched trays in one
   clique (mean over the measured steps: the biggest gang that could still land in one clique),
@@ -40,21 +40,19 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from bench.placement import FIRST_FIT, choose, plot, write_markdown
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
+from extender.core.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings
 from extender.core.placement import Placement
-from extender.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings
+from extender.objects import Obj
 from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
 from loadtests.scenarios import machine_facts
-
-Obj = dict[str, Any]
 
 NODE_LOCAL, GANG_AWARE = "node-local", "gang-aware"
 POLICIES: tuple[str, ...] = (FIRST_FIT, NODE_LOCAL, GANG_AWARE)

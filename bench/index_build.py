@@ -21,14 +21,13 @@ import argparse
 import copy
 import random
 import time
-from typing import Any
 
 from extender.allocator.features import Features
 from extender.cluster.state import ClusterState
 from extender.index.snapshot import build_index
+from extender.objects import Obj
 from loadtests.generate import _Ids, _slice, node_object
 
-Obj = dict[str, Any]
 MIG_PROFILES = 15  # partition devices per A100 GPU
 GPUS = 8
 
@@ -185,7 +184,7 @@ def _claims(state: ClusterState, share: float = 0.3) -> list[Obj]:
 
 
 def measure_held(nodes: int) -> dict[str, float]:
-    from extender.assumed import AssumeCache
+    from extender.core.assumed import AssumeCache
     from extender.core.placement import Placement
 
     state = ClusterState.from_objects(fleet(nodes))

@@ -60,11 +60,11 @@ from typing import Any
 import orjson
 
 from bench.filter_bench import best_node, release_memory, rss_mib
+from extender.objects import Obj
 from loadtests.fleet import MIXED_SHAPES, NODE_TYPE_LABEL, fleet_counts, generate_mixed_cluster
 from loadtests.generate import SHAPE_LABEL, write, write_json_state
 from loadtests.scenarios import Bodies, PodEntry, machine_facts
 
-Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
 #: What the server logs after building its device index (extender.core.view.ClusterView.index).

@@ -52,18 +52,17 @@ from typing import Any
 
 import numpy as np
 
-from extender import scoring
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID
-from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
+from extender.core import scoring
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
-from extender.topology import LEVELS, NO_COORD, NODE_LEVEL, TopologySettings
+from extender.index.topology import LEVELS, NO_COORD, NODE_LEVEL, TopologySettings
+from extender.objects import Obj
 from kernels import topology as kernels
 from loadtests import topology_fleet as tc
-
-Obj = dict[str, Any]
 
 FIRST_FIT, TOPOLOGY = "first-fit", "topology"
 POLICIES: tuple[str, ...] = (FIRST_FIT, TOPOLOGY)

@@ -23,20 +23,19 @@ import argparse
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from extender import wiring
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.core.tiers import FirstFitTier
+from extender.objects import Obj
 from extender.settings import Settings
 from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
 
-Obj = dict[str, Any]
 NV, AMD = "gpu.nvidia.com", "gpu.amd.com"
 #: MIG profiles per A100 80GB: (profile, memory Gi, compute slices, how many are published)
 PROFILES = (

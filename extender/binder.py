@@ -20,13 +20,13 @@ import asyncio
 import copy
 import functools
 import logging
-from typing import Any
 
 from extender.cluster.state import ClusterState
 from extender.core import binding
 from extender.core.evaluation import PODS_SEEN_SIZE
 from extender.core.placement import Placement
 from extender.errors import AllocationError
+from extender.objects import Obj
 from extender.verdicts import ERROR, OK, BindOutcome
 from extender.worker import WorkTimeout
 
@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 
 #: Finalizer the scheduler adds to claims it allocates.
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
-
-Obj = dict[str, Any]
 
 
 class InMemoryBinder:

@@ -19,6 +19,7 @@ from typing import Any
 from extender.allocator.model import DeviceID
 from extender.allocator.nodeselection import selector_matches
 from extender.cluster.state import ClusterState
+from extender.objects import Obj
 from extender.quantity import Quantity
 from extender.validation import pod_problem, problems
 
@@ -26,8 +27,6 @@ from extender.validation import pod_problem, problems
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 #: resourceapi.ResourceClaimReservedForMaxSize.
 RESERVED_FOR_MAX = 256
-
-Obj = dict[str, Any]
 
 
 @dataclass(slots=True)

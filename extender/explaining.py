@@ -15,14 +15,13 @@ from typing import Any
 import yaml
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.core.reasons import PASSED
-from extender.topology import TopologySettings
+from extender.index.topology import TopologySettings
+from extender.objects import Obj
 from extender.validation import pod_problem
-
-Obj = dict[str, Any]
 
 
 def load_pods(path: Path) -> list[Obj]:

@@ -29,8 +29,8 @@ from typing import Any
 import yaml
 
 from extender.allocator.features import Features, parse_feature_gates
-from extender.gang import GangSettings
-from extender.topology import PACKING_POLICIES, TopologySettings, parse_drivers
+from extender.core.gang import GangSettings
+from extender.index.topology import PACKING_POLICIES, TopologySettings, parse_drivers
 
 ENV_PREFIX = "DRA_EXTENDER_"
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
@@ -164,7 +164,7 @@ class Settings:
 
     topology_drivers: dict[str, Any] = field(default_factory=dict)
     """Per driver, which attributes feed which level (`{driver: {level: [attribute, ...]}}`),
-    replacing the built-in defaults for the drivers named (file only; see extender/topology.py)."""
+    replacing the built-in defaults for the drivers named (file only; see extender/index/topology.py)."""
 
     kernel_max_work: int = 4096
     """Bound on exact-search steps per node in the topology kernel; beyond it a greedy pass runs."""
@@ -206,7 +206,7 @@ class Settings:
         )
 
     def gang(self) -> GangSettings:
-        """How gangs and NVLink cliques are recognised and weighed (extender/gang.py)."""
+        """How gangs and NVLink cliques are recognised and weighed (extender/core/gang.py)."""
         return GangSettings(
             clique_label=self.gang_clique_label,
             clique_attribute=self.gang_clique_attribute,

@@ -28,9 +28,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from extender.errors import ExtenderError
+from extender.objects import Obj
 from extender.quantity import Quantity
-
-Obj = dict[str, Any]
 
 # ---------------------------------------------------------------------- limits (dra.md §1.2)
 MAX_DEVICES_PER_SLICE = 128

@@ -16,13 +16,12 @@ from typing import Any, TypedDict
 import orjson
 
 from extender.errors import InvalidRequest
+from extender.objects import Obj
 from extender.verdicts import FilterVerdict, HostScore
 
 #: Score range of one prioritize entry (`MinExtenderPriority`, `MaxExtenderPriority`).
 MIN_EXTENDER_PRIORITY = 0
 MAX_EXTENDER_PRIORITY = 10
-
-Obj = dict[str, Any]
 
 
 class NodeList(TypedDict):

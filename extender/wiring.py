@@ -10,9 +10,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.index import selecting
 from extender.settings import Settings

@@ -49,7 +49,6 @@ import copy
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from loadtests.generate import (
     GPU_CLASS,
@@ -59,6 +58,7 @@ from loadtests.generate import (
     NUMA_NODE,
     PCIE_ROOT,
     POD_CLAIM,
+    Obj,
     _claim,
     _device_classes,
     _gpus,
@@ -72,8 +72,6 @@ from loadtests.generate import (
     node_object,
     pending_pods,
 )
-
-Obj = dict[str, Any]
 
 AMD_DRIVER = "gpu.amd.com"
 TPU_DRIVER = "tpu.google.com"

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 import orjson
 import yaml
 
+#: A Kubernetes object as decoded YAML (the load tests run without the extender package installed).
 Obj = dict[str, Any]
 
 NAMESPACE = "bench"

@@ -50,9 +50,7 @@ import orjson
 import yaml
 
 from loadtests.fleet import MIXED_SHAPES
-from loadtests.generate import SHAPE_LABEL, SHAPES
-
-Obj = dict[str, Any]
+from loadtests.generate import SHAPE_LABEL, SHAPES, Obj
 
 REPO = Path(__file__).resolve().parents[1]
 #: The pending pods whose template-generated claims are in the embedded sample cluster.

@@ -4,7 +4,7 @@ Scope: like `loadtests.fleet` (whose node builder it uses, with `loadtests.gener
 builders), plain Kubernetes objects shaped like `kubectl get -o yaml` output: the Namespace, the
 DeviceClasses, Nodes and their ResourceSlices. No claims and no pods; the placement simulator
 creates those as its trace runs. The device attributes are the ones the default topology settings
-read (`extender.topology.DEFAULT_DRIVERS`), so locality tiers differ by node type:
+read (`extender.index.topology.DEFAULT_DRIVERS`), so locality tiers differ by node type:
 
 | type | devices | nvlink level | per pcie root | numa |
 |---|---|---|---|---|
@@ -57,6 +57,7 @@ from loadtests.generate import (
     NIC_DRIVER,
     NUMA_NODE,
     PCIE_ROOT,
+    Obj,
     _device_classes,
     _Ids,
     _namespace,
@@ -88,8 +89,6 @@ __all__ = [
     "mig_class",
     "type_counts",
 ]
-
-Obj = dict[str, Any]
 
 GAUDI_DRIVER = "gaudi.intel.com"
 GAUDI_CLASS = "gaudi.intel.com"

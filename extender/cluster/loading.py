@@ -26,11 +26,10 @@ import yaml
 
 from extender.cluster.state import KINDS, object_key
 from extender.errors import StateLoadError
+from extender.objects import Obj
 from extender.validation import InvalidObject, object_ref, validate
 
 logger = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 #: File name endings searched for in directories.
 STATE_SUFFIXES: tuple[str, ...] = (".yaml", ".yml", ".json")

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
-from typing import Any
+
+from extender.objects import Obj
 
 #: Kinds the extender reads. Everything else is skipped by the loaders.
 KINDS: tuple[str, ...] = (
@@ -41,7 +42,6 @@ CLUSTER_SCOPED: frozenset[str] = frozenset(
 )
 DEVICE_KINDS: frozenset[str] = frozenset({"Node", "ResourceSlice", "DeviceClass", "DeviceTaintRule"})
 
-Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped kinds
 
 #: Claim-side changes kept in the change log; half are dropped when it grows past this.

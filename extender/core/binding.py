@@ -14,24 +14,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
 from extender.claims import PodClaims, allocation_fits_node, claim_ref, resolve_pod_claims
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
+from extender.core.scoring import FIRST_FIT, PARTITION
 from extender.core.searching import Search
 from extender.core.view import ClusterView
-from extender.scoring import FIRST_FIT, PARTITION
+from extender.objects import Obj
 from extender.verdicts import CLAIM_GONE, NO_FIT, NODE_GONE
 
 if TYPE_CHECKING:
     from extender.core.placement import Placement
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

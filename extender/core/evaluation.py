@@ -16,15 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from extender import firstfit, telemetry
+from extender import telemetry
 from extender.allocator.requests import ClaimSpec, parse_claim
 from extender.allocator.results import ClaimAllocation
-from extender.assumed import AssumeCache
 from extender.claims import PodClaims, claim_ref, resolve_pod_claims
 from extender.cluster.state import ClusterState
-from extender.core import reasons
+from extender.core import firstfit, reasons
+from extender.core.assumed import AssumeCache
 from extender.core.reasons import PASSED, NodeVerdict
-from extender.scoring import KernelPlan, ScoreBook
+from extender.core.scoring import KernelPlan, ScoreBook
+from extender.objects import Obj
 
 #: Pod evaluations kept (LRU); a scheduling cycle needs only the current pod's.
 EVALUATION_CACHE_SIZE = 256
@@ -32,7 +33,6 @@ EVALUATION_CACHE_SIZE = 256
 #: closely, but the scheduler binds asynchronously while it filters other pods, so this is large.
 PODS_SEEN_SIZE = 4096
 
-Obj = dict[str, Any]
 Key = tuple[str, tuple[Any, ...], tuple[int, int, int]]
 
 

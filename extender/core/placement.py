@@ -23,28 +23,26 @@ from typing import Any
 
 import numpy as np
 
-from extender import gang, scoring
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.core import binding, tiers
+from extender.core import binding, gang, scoring, tiers
+from extender.core.assumed import AssumeCache
 from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of, pod_key
 from extender.core.ranking import KernelMeter, Ranker
 from extender.core.reasons import FAILED, PASSED
+from extender.core.scoring import ScoreBook
 from extender.core.searching import Budget, Search
 from extender.core.tiers import FirstFitTier, KernelTier, SearchTier, Tier, VectorisedTier
 from extender.core.view import ClusterView, Generation
 from extender.index.snapshot import DeviceIndex
-from extender.scoring import ScoreBook
-from extender.topology import TopologyModel, TopologySettings
+from extender.index.topology import TopologyModel, TopologySettings
+from extender.objects import Obj
 from extender.verdicts import FilterVerdict, HostScore, PlacementStats
 from extender.worker import PlacementWorker
 
 log = logging.getLogger(__name__)
-
-Obj = dict[str, Any]
 
 
 class Placement:

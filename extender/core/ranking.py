@@ -17,13 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender import firstfit, scoring, telemetry
+from extender import telemetry
+from extender.core import firstfit, scoring
 from extender.core.evaluation import PodEvaluation
+from extender.core.scoring import BOUNDED, EXACT, FIRST_FIT, PARTITION, KernelPlan, ScoreBook
 from extender.core.searching import Search
 from extender.core.view import ClusterView
 from extender.index.snapshot import DeviceIndex
-from extender.scoring import BOUNDED, EXACT, FIRST_FIT, PARTITION, KernelPlan, ScoreBook
-from extender.topology import TopologySettings
+from extender.index.topology import TopologySettings
 from kernels import topology as kernels
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from extender.allocator.allocating import SearchStats, allocate, validate_claims
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
@@ -21,8 +21,7 @@ from extender.core.evaluation import PodEvaluation
 from extender.core.view import ClusterView
 from extender.errors import AllocationAborted, NodeScopedError
 from extender.index.snapshot import DeviceIndex
-
-Obj = dict[str, Any]
+from extender.objects import Obj
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,11 @@ from typing import Protocol
 
 import numpy as np
 
-from extender import feasibility, firstfit, scoring, telemetry
+from extender import telemetry
 from extender.allocator.allocating import SearchStats
 from extender.allocator.inputs import AllocatedState
 from extender.claims import allocation_fits_node, claim_ref
-from extender.core import reasons
+from extender.core import feasibility, firstfit, reasons, scoring
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
 from extender.core.reasons import PASSED, UNRESOLVABLE, NodeVerdict

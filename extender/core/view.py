@@ -22,16 +22,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender import scoring
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.model import DeviceID
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.held import HeldLedger
+from extender.core import scoring
+from extender.core.assumed import AssumeCache
+from extender.core.held import HeldLedger
 from extender.index.counters import counter_columns
 from extender.index.snapshot import DeviceIndex, build_index
-from extender.topology import TopologyModel
+from extender.index.topology import TopologyModel
 
 log = logging.getLogger(__name__)
 

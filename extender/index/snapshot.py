@@ -18,7 +18,7 @@ appears once per node that can reach it. Columns:
 - `row_special` (bool): the device needs the exact search (counters, shared capacity,
   binding conditions, per-device node selection);
 - `row_tainted` (bool): the device has a taint that blocks unless tolerated;
-- `row_coords` (int32, rows x 4): topology coordinates per level (`extender.topology`).
+- `row_coords` (int32, rows x 4): topology coordinates per level (`extender.index.topology`).
 Rows of node n are `node_start[n]:node_start[n+1]`. Nodes with a link matrix annotation have
 their pairwise distances at `link_distance[link_offset[n]:]` (rows x rows, NaN where unnamed).
 `pools[name]` is the node's pool list exactly as upstream's gatherPools gives it (a NodePools).
@@ -43,11 +43,11 @@ from extender.allocator.pools import NodePools, Pool, PoolCatalog, search_key
 from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import ClusterState
 from extender.index.selecting import CachingEvaluator
-from extender.topology import NODE_LEVEL, TopologyModel
+from extender.index.topology import NODE_LEVEL, TopologyModel
+from extender.objects import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 _T = TypeVar("_T")
 
 

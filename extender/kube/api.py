@@ -28,8 +28,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from extender.errors import KubeAPIError
+from extender.objects import Obj
 
-Obj = dict[str, Any]
 T = TypeVar("T")
 
 #: What a client call raises for API or transport reasons; `call` turns each into a KubeAPIError.

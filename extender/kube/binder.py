@@ -66,6 +66,7 @@ from extender.core import binding
 from extender.core.placement import Placement
 from extender.errors import KubeAPIError
 from extender.kube import api
+from extender.objects import Obj
 from extender.verdicts import (
     ALLOCATED_ELSEWHERE,
     API_ERROR,
@@ -82,7 +83,6 @@ from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 T = TypeVar("T")
 
 #: Writes of one claim are retried after a 409 this many times in all (re-reading in between).
@@ -243,7 +243,7 @@ class KubeBinder:
                 if write.allocation is not None:
                     written_rv = ((write.current or {}).get("metadata") or {}).get("resourceVersion", "")
                     self._written[write.uid] = (write.namespace, write.name, str(written_rv))
-        # Gang members see this pod on its node before the watch shows it (extender/gang.py).
+        # Gang members see this pod on its node before the watch shows it (extender/core/gang.py).
         await worker.run(self._placement.assumed.assume_pod, pod_uid, node)
         log.info(
             "bound pod %s/%s to %s: allocated %s; reserved %s",

@@ -50,12 +50,12 @@ from kubernetes.watch.watch import iter_resp_lines
 from extender.cluster.state import CLUSTER_SCOPED, ClusterState
 from extender.errors import KubeAPIError
 from extender.kube import api
+from extender.objects import Obj
 from extender.settings import Settings
 from extender.validation import InvalidObject, validate
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 ListFn = Callable[..., Any]
 
 #: Items per list page: big clusters list in pages instead of one huge response.

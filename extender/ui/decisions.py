@@ -26,6 +26,8 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from extender.objects import Obj
+
 log = logging.getLogger(__name__)
 
 #: Decisions kept (newest first in `recent`).
@@ -34,7 +36,6 @@ DEFAULT_SIZE = 50
 MAX_REASONS = 500
 VERBS: tuple[str, ...] = ("filter", "prioritize", "bind")
 
-Obj = dict[str, Any]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ScoreTerms = Callable[[Obj, list[str]], Awaitable[dict[str, Obj]]]
 

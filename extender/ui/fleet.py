@@ -7,7 +7,7 @@ when an operator opens it, so the summary stays small (one line per node) even a
 nodes and the per-device detail is built for one node at a time.
 
 Grouping for the drawing, from the device attributes the topology model reads
-(`extender.topology`, per-driver settings):
+(`extender.index.topology`, per-driver settings):
 - NUMA node -> PCIe root -> devices; the NVLink-level value (NVLink domain, xGMI hive, ICI
   domain, ...) is a label on each device, so devices of one domain share a colour;
 - MIG-style partitions: devices consuming one shared counter set are drawn inside the device
@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
@@ -30,10 +29,9 @@ from extender.allocator.model import Device, DeviceID
 from extender.allocator.pools import Pool
 from extender.claims import same_devices
 from extender.index.snapshot import DeviceIndex
+from extender.index.topology import LEVELS, TopologySettings
+from extender.objects import Obj
 from extender.quantity import Quantity
-from extender.topology import LEVELS, TopologySettings
-
-Obj = dict[str, Any]
 
 #: Node labels that name a node's kind, tried in order; without one the kind is its drivers.
 KIND_LABELS: tuple[str, ...] = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")

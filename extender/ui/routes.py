@@ -14,13 +14,13 @@ from aiohttp import web
 from extender import explaining
 from extender.claims import pod_ref
 from extender.core.placement import Placement
+from extender.objects import Obj
 from extender.server import WORKER_KEY
 from extender.ui import fleet
 from extender.ui.decisions import DecisionLog, recording_middleware
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 T = TypeVar("T")
 
 DECISIONS_KEY = web.AppKey("ui_decisions", DecisionLog)

@@ -17,8 +17,8 @@ from extender.allocator.pools import gather_pools
 from extender.allocator.requests import parse_claim
 from extender.allocator.results import ClaimAllocation
 from extender.index.selecting import CachingEvaluator
+from extender.objects import Obj
 
-Obj = dict[str, Any]
 NODE: Obj = {"metadata": {"name": "node-1", "labels": {}}}
 
 
@@ -164,8 +164,8 @@ def placement_and_pod(
 
     `held` are extra (allocated) ResourceClaims owned by other pods.
     """
-    from extender.assumed import AssumeCache
     from extender.cluster.state import ClusterState
+    from extender.core.assumed import AssumeCache
     from extender.core.placement import Placement
 
     objects: list[Obj] = [{**n, "kind": "Node"} for n in nodes]

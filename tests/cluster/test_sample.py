@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from extender.cluster.sample import SAMPLE_PATH, sample_objects, sample_text
+from extender.objects import Obj
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PIPELINE_PATH = DATA / "pipeline_pods.yaml"
@@ -60,7 +61,6 @@ MULTIPLIERS = {
     "Ei": 2**60,
 }
 
-Obj = dict[str, Any]
 DeviceId = tuple[str, str, str]  # (driver, pool, device)
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.claims import ADMIN_ACCESS_LABEL
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from tests.conformance.test_upstream_allocator_cases import CASES, INTERRUPT_CAUSES, PREFIX_ONLY
 

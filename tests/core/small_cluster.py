@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
+from extender.objects import Obj
 from tests.allocator import builders as b
 
-Obj = dict[str, Any]
 DRIVER = "gpu.example.com"
 GPU = "gpu"
 

@@ -27,22 +27,21 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender import feasibility
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
-from extender.core import tiers
+from extender.core import feasibility, tiers
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.core.reasons import PASSED
 from extender.core.tiers import KernelTier, SearchTier
 from extender.errors import AllocationError
+from extender.objects import Obj
 
 EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "120"))
 DERANDOMIZE = os.environ.get("DIFFERENTIAL_RANDOM", "") != "1"
 
 DRIVERS = ("a.example.com", "b.example.com")
-Obj = dict[str, Any]
 
 
 def _attribute(value: Any) -> Obj:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
 from extender.core.tiers import SearchTier
 from tests.core.test_fast_tiers_property import DRIVER, RecordingPlacement, device

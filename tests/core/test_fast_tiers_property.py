@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from extender.allocator.allocating import allocate
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
 from extender.core.searching import Classes

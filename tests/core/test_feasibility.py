@@ -1,11 +1,11 @@
-"""The vectorised Hall check alone (extender.feasibility): which pods it takes, and its answer per node."""
+"""The vectorised Hall check alone (core/feasibility.py): which pods it takes, and its answer per node."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from extender import feasibility
 from extender.allocator.requests import ClaimSpec, parse_claim
+from extender.core import feasibility
 from tests.allocator import builders as b
 from tests.core import small_cluster as c
 

@@ -11,15 +11,15 @@ import pytest
 
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
-from extender.assumed import AssumeCache
 from extender.claims import collect_allocated
 from extender.cluster import state as state_module
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
+from extender.core.held import HeldLedger
 from extender.core.placement import Placement
-from extender.held import HeldLedger
+from extender.objects import Obj
 
-Obj = dict[str, Any]
 FEATURES = Features.from_gates()
 
 

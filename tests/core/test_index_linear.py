@@ -18,9 +18,9 @@ from extender.allocator.model import PoolID, Slice
 from extender.allocator.pools import PoolCatalog, gather_pools
 from extender.cluster.state import ClusterState
 from extender.index.snapshot import DeviceIndex, _node_block, build_index
+from extender.objects import Obj
 from tests.core.reference_pools import reference_gather_pools
 
-Obj = dict[str, Any]
 GATES_ON = Features.from_gates()
 GATES_OFF = Features.from_gates({"DRAPartitionableDevices": False})
 RACKS = ("a", "b", "c")

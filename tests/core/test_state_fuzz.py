@@ -30,18 +30,18 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.binder import InMemoryBinder
 from extender.cluster.loading import load_state_paths
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.errors import StateLoadError
 from extender.kube import watch as kube
+from extender.objects import Obj
 from extender.server import make_app
 from extender.settings import Settings
 from extender.validation import InvalidObject, problems, validate
 
-Obj = dict[str, Any]
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
 FUZZ = settings(
     max_examples=EXAMPLES,

@@ -8,10 +8,10 @@ import copy
 import numpy as np
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.view import ClusterView
-from extender.topology import TopologyModel, TopologySettings
+from extender.index.topology import TopologyModel, TopologySettings
 from tests.core import small_cluster as c
 
 

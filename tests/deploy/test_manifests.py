@@ -13,20 +13,18 @@ import re
 import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 from extender.__main__ import build_parser
+from extender.objects import Obj
 from extender.settings import load_settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 EXTENDER = "dra-topology-extender"
 SCHEDULER = "dra-topology-scheduler"
-
-Obj = dict[str, Any]
 
 
 def _documents() -> dict[str, list[Obj]]:

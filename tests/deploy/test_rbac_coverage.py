@@ -34,14 +34,13 @@ from extender import wiring
 from extender.__main__ import build_parser
 from extender.kube.binder import KubeBinder
 from extender.kube.lease import LeaderElector
+from extender.objects import Obj
 from extender.settings import Settings, load_settings
 from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo, RequestLogEntry
 from tests.kube.cluster import NAMESPACE, claim, device_class, gpu_slice, node, pod, until
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-
-Obj = dict[str, Any]
 
 
 # ------------------------------------------------------------------ RBAC model

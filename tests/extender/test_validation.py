@@ -23,13 +23,14 @@ import yaml
 from extender.__main__ import main
 from extender.allocator.features import Features
 from extender.allocator.requests import parse_claim
-from extender.assumed import AssumeCache
 from extender.cluster.loading import load_state_paths
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.errors import StateLoadError
 from extender.explaining import load_pods
+from extender.objects import Obj
 from extender.validation import InvalidObject, problems, validate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -37,7 +38,6 @@ PODS = {p["metadata"]["name"]: p for p in load_pods(DATA / "pipeline_pods.yaml")
 TPU_POD = PODS["tpu-inference"]
 TPU_NODES = TPU_POD["metadata"]["annotations"]["test.dra-extender.io/expected-nodes"].split(",")
 FEATURES = Features.from_gates()
-Obj = dict[str, Any]
 
 
 def _sample() -> list[Obj]:

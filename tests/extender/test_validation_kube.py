@@ -22,6 +22,7 @@ from extender import wiring
 from extender.cluster.sample import sample_objects
 from extender.explaining import load_pods
 from extender.kube import watch as kube
+from extender.objects import Obj
 from extender.server import make_app
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer
@@ -30,7 +31,6 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 TPU_POD = next(p for p in load_pods(DATA / "pipeline_pods.yaml") if p["metadata"]["name"] == "tpu-inference")
 TPU_NODE = "tpu-v5e-node-01"
 SETTINGS = Settings(watch_stall_seconds=5.0, relist_ready_seconds=5.0)
-Obj = dict[str, Any]
 
 
 async def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:

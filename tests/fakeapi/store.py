@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-Obj = dict[str, Any]
+from extender.objects import Obj
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,10 +1,10 @@
-"""The clique term of prioritize for gang members (extender.gang.clique_scores / combine)."""
+"""The clique term of prioritize for gang members (extender.core.gang.clique_scores / combine)."""
 
 from __future__ import annotations
 
 import pytest
 
-from extender.gang import (
+from extender.core.gang import (
     CROWDED_CLIQUE,
     LOOSE_FIT,
     OTHER_CLIQUE,

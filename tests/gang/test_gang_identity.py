@@ -1,4 +1,4 @@
-"""Gang identity and size from a pod, and the clique of a node (extender.gang)."""
+"""Gang identity and size from a pod, and the clique of a node (extender.core.gang)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from extender.allocator.model import DeviceID
-from extender.gang import (
+from extender.core.gang import (
     CLIQUE_LABEL,
     SIZE_ANNOTATION,
     Gang,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from bench import gang_placement as gp
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
+from extender.core.gang import GangSettings
 from extender.core.placement import Placement
-from extender.gang import GangSettings
 
 
 def _placement(racks: int, trays: int, weight: float = 3.0) -> tuple[Placement, list[str], dict[str, str]]:

@@ -17,8 +17,8 @@ import pytest
 
 from extender.allocator.allocating import _Search
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.core.searching import Classes
 from extender.index.counters import counter_columns, milli

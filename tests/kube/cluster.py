@@ -16,15 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.kube.binder import KubeBinder, LeaderView
 from extender.kube.watch import KubeSource
+from extender.objects import Obj
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer
-
-Obj = dict[str, Any]
 
 NAMESPACE = "ml"
 DRIVER = "gpu.example.com"

@@ -56,12 +56,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.kube import api as kube_api
 from extender.kube.binder import KubeBinder
+from extender.objects import Obj
 from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.fakeapi.store import BY_KIND, ApiError, Store
@@ -76,7 +77,6 @@ from tests.kube.cluster import (
     pod,
 )
 
-Obj = dict[str, Any]
 FEATURES = Features.from_gates()
 SCHEDULES_PER_SCENARIO = 10
 #: Foreign allocations land here; binds never target it (another scheduler's node).

@@ -42,12 +42,13 @@ from typing import Any
 import pytest
 
 from extender.allocator.model import DeviceID
-from extender.assumed import AssumeCache
 from extender.claims import collect_allocated, same_devices
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.kube import api as kube_api
 from extender.kube.binder import KubeBinder, _write_seen
+from extender.objects import Obj
 from extender.verdicts import NO_FIT, OK
 from tests.fakeapi.store import Store
 from tests.kube.cluster import NAMESPACE, allocation
@@ -69,8 +70,6 @@ from tests.kube.test_binder_properties import (
     release_foreign,
     run_in_memory,
 )
-
-Obj = dict[str, Any]
 
 #: One node with one GPU; p0..p2 share claim c0, p3 uses c1; bind p0, bind p3 and a foreign
 #: allocation of c0 interleave (the property test's shrunk example, with base_seed=0).

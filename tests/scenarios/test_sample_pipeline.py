@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.binder import DELETE_PROTECTION_FINALIZER, InMemoryBinder
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.explaining import explain, load_pods
 
@@ -160,7 +160,7 @@ def test_explain_prints_verdicts_and_devices() -> None:
 def test_prioritize_ranks_by_chosen_subrequest() -> None:
     """Upstream's DRA preference (8 - index of the chosen firstAvailable subrequest) is a term of
     the score; with the other weights at 0 the ranking is upstream's."""
-    from extender.topology import TopologySettings
+    from extender.index.topology import TopologySettings
 
     state = ClusterState.from_objects(copy.deepcopy(sample_objects()))
     only_preference = TopologySettings(locality_weight=0, fragmentation_weight=0, packing_weight=0)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from extender.allocator.features import Features
-from extender.assumed import AssumeCache
 from extender.cluster.state import ClusterState
+from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
-from extender.topology import TopologySettings
-
-Obj = dict[str, Any]
+from extender.index.topology import TopologySettings
+from extender.objects import Obj
 
 GPU_CLASS = "gpu.example.com"
 NIC_CLASS = "nic.example.com"

@@ -13,12 +13,12 @@ import argparse
 import numpy as np
 import pytest
 
-from extender import scoring
 from extender.allocator.features import Features
 from extender.cluster.state import ClusterState
+from extender.core import scoring
 from extender.explaining import explain
+from extender.index.topology import NO_COORD, UNFITTABLE_SHARE, TopologySettings
 from extender.settings import load_settings
-from extender.topology import NO_COORD, UNFITTABLE_SHARE, TopologySettings
 from tests.topology import builders as b
 
 ONLY_PACKING = TopologySettings(
@@ -266,7 +266,7 @@ def test_partitions_regroup_only_changed_nodes_and_equal_a_fresh_grouping() -> N
     slice the result equals grouping every node afresh, and the other nodes are not regrouped."""
     from unittest import mock
 
-    from extender import topology
+    from extender.index import topology
 
     objects = [*b.mig_classes(), b.node("n"), *b.a100_mig_slices("n", 2)]
     objects += [b.node("m"), *b.a100_mig_slices("m", 1)]

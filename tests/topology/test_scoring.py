@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from extender import scoring
-from extender.topology import TopologySettings
+from extender.core import scoring
+from extender.index.topology import TopologySettings
 from tests.topology import builders as b
 
 
@@ -120,7 +120,7 @@ def test_devices_without_topology_attributes_are_still_placed() -> None:
 def test_link_matrix_annotation_overrides_levels() -> None:
     import orjson
 
-    from extender.topology import LINK_ANNOTATION
+    from extender.index.topology import LINK_ANNOTATION
 
     gpus = [b.gpu(f"gpu-{i}", pcie=f"pci{i}", numa=0) for i in range(3)]
     links = {"gpu-1": {"gpu-2": 900}, "gpu-0": {"gpu-1": 50, "gpu-2": 50}}

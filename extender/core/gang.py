@@ -50,12 +50,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from extender.assumed import AssumeCache
-    from extender.cluster.state import ClusterState
-    from extender.index.snapshot import DeviceIndex
+from extender.objects import Obj
 
-Obj = dict[str, Any]
+if TYPE_CHECKING:
+    from extender.cluster.state import ClusterState
+    from extender.core.assumed import AssumeCache
+    from extender.index.snapshot import DeviceIndex
 
 #: Node label carrying the NVLink clique (NVIDIA GPU feature discovery / DRA driver).
 CLIQUE_LABEL = "nvidia.com/gpu.clique"

@@ -11,7 +11,7 @@ per node a histogram of signatures, per subset a count. No CEL, no per-device Py
 Nodes where a selected device needs a search (shared counters, shared capacity, binding
 conditions, per-device node selection), where CEL raised on a selected device, or that have an
 invalid pool are reported as `needs_search`: placement hands them to the first-fit kernel
-(`extender.firstfit`, which decides shared counters) and what that cannot model to upstream's search.
+(`extender.core.firstfit`, which decides shared counters) and what that cannot model to upstream's search.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender import scoring
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
+from extender.core import scoring
 from extender.index.snapshot import DeviceIndex
 
 #: Above this many requests the 2^k subset check gets expensive; such pods use the search.

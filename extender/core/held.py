@@ -23,9 +23,9 @@ from typing import Any
 from extender.allocator.model import DeviceID
 from extender.claims import AllocatedDevices, HeldDevices, held_devices, same_devices
 from extender.cluster.state import ADDED, DELETED, ClusterState, Key, object_key
+from extender.objects import Obj
 from extender.quantity import Quantity
 
-Obj = dict[str, Any]
 Source = tuple[str, Any]  # ("claim", state key) or ("assumed", claim uid)
 
 

@@ -60,7 +60,7 @@ class AssumeCache:
 
     def assume_pod(self, pod_uid: str, node: str) -> None:
         """Record that a pod was bound to `node` before the pod update is visible (gang members
-        count it: extender/gang.py). Expires like the claim entries."""
+        count it: extender/core/gang.py). Expires like the claim entries."""
         self._pods[pod_uid] = (node, self._clock() + self._ttl)
 
     def pod_nodes(self) -> dict[str, str]:

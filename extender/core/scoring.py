@@ -14,7 +14,7 @@ module only chooses *which* feasible devices to take and how good that choice is
 
 Both paths then add the partition terms (`partition_parts`) where the chosen set takes partitions
 (MIG slices): `kernels.topology.partition_terms` over the rows' parent groups and counter shares
-(`extender.topology.Partitions`, built once per index generation), so nodes are ranked by how well
+(`extender.index.topology.Partitions`, built once per index generation), so nodes are ranked by how well
 their choice keeps whole GPUs and large MIG profiles free.
 
 The kernel path never decides feasibility: a node it finds no set for (which would be a mismatch
@@ -35,7 +35,7 @@ from extender.allocator.results import ClaimAllocation
 from extender.allocator.taints import all_tolerated
 from extender.core import reasons
 from extender.index.snapshot import DeviceIndex
-from extender.topology import (
+from extender.index.topology import (
     NodePartitions,
     Partitions,
     TopologySettings,

@@ -11,7 +11,7 @@ level the first attribute a device has wins; a list-valued attribute uses its fi
 
 Above the node sits the `clique`: a multi-node NVLink domain (one GB200/GB300 NVL72 rack), read
 per node from the label `nvidia.com/gpu.clique` or the `cliqueID` device attribute. It is not a
-device coordinate (devices of two nodes are never in one claim); `extender/gang.py` uses it to
+device coordinate (devices of two nodes are never in one claim); `extender/core/gang.py` uses it to
 keep the pods of one gang in one clique (docs/gangs.md).
 
 Coordinates are interned integers (-1: unknown). They are only ever compared between devices of
