@@ -45,7 +45,7 @@ import numpy as np
 
 from bench.placement import FIRST_FIT, choose, plot, write_markdown
 from extender.allocator.features import Features
-from extender.binder import DELETE_PROTECTION_FINALIZER
+from extender.claims import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings

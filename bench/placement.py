@@ -54,7 +54,7 @@ import numpy as np
 
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID
-from extender.binder import DELETE_PROTECTION_FINALIZER
+from extender.claims import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.core import scoring
 from extender.core.assumed import AssumeCache

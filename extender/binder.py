@@ -21,6 +21,7 @@ import copy
 import functools
 import logging
 
+from extender.claims import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.core import binding
 from extender.core.evaluation import PODS_SEEN_SIZE
@@ -31,9 +32,6 @@ from extender.verdicts import ERROR, OK, BindOutcome
 from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
-
-#: Finalizer the scheduler adds to claims it allocates.
-DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
 
 
 class InMemoryBinder:

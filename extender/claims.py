@@ -27,6 +27,8 @@ from extender.validation import pod_problem, problems
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 #: resourceapi.ResourceClaimReservedForMaxSize.
 RESERVED_FOR_MAX = 256
+#: Finalizer the scheduler adds to claims it allocates (both binders write it).
+DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
 
 
 @dataclass(slots=True)

@@ -59,8 +59,7 @@ from typing import Any, Protocol, TypeVar
 from kubernetes import client
 
 from extender import telemetry
-from extender.binder import DELETE_PROTECTION_FINALIZER
-from extender.claims import RESERVED_FOR_MAX, same_devices
+from extender.claims import DELETE_PROTECTION_FINALIZER, RESERVED_FOR_MAX, same_devices
 from extender.cluster.state import ClusterState
 from extender.core import binding
 from extender.core.placement import Placement

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from extender.binder import DELETE_PROTECTION_FINALIZER
+from extender.claims import DELETE_PROTECTION_FINALIZER
 from extender.verdicts import (
     ALLOCATED_ELSEWHERE,
     API_ERROR,

@@ -56,7 +56,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from extender.allocator.features import Features
-from extender.binder import DELETE_PROTECTION_FINALIZER
+from extender.claims import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement

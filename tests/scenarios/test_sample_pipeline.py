@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from extender.allocator.features import Features
-from extender.binder import DELETE_PROTECTION_FINALIZER, InMemoryBinder
+from extender.binder import InMemoryBinder
+from extender.claims import DELETE_PROTECTION_FINALIZER
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
