@@ -3,7 +3,7 @@
 Scope: everything `loadtests/locustfile.py` does except HTTP: loading the nodes and pending pods
 of a scenario, building the exact request bodies kube-scheduler sends (extender-protocol.md §2,
 §2.6, §8), checking the answers the way the scheduler would read them, and the bookkeeping of
-which pods are still pending. Without locust here, `tests/test_locustfile.py` can check the
+which pods are still pending. Without locust here, `tests/loadtests/test_locustfile.py` can check the
 bodies with `extender.wire` and the checks on canned answers, with no network and no gevent.
 
 Model of one scheduling cycle (extender-protocol.md §5), as the locust user plays it:

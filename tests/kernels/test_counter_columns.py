@@ -23,7 +23,7 @@ from extender.core.placement import Placement
 from extender.core.searching import Classes
 from extender.index.counters import counter_columns, milli
 from extender.quantity import Quantity
-from tests.core.test_fast_tiers_property import make_cluster
+from tests.core.test_tiers_property import make_cluster
 
 
 def test_milli_is_exact_or_refuses() -> None:

@@ -5,7 +5,7 @@ every njit kernel writing its cache there, and two fresh processes sharing one e
 directory: the first compiles and writes, the second loads every kernel it calls (numba's
 per-dispatcher `stats.cache_hits` / `cache_misses`). The subprocess runs the partition kernel only
 (the smallest, so the cold compile stays short); all kernels share the one cache location checked
-above. The container image's build-time warm-up is checked in tests/test_deploy_manifests.py.
+above. The container image's build-time warm-up is checked in tests/deploy/test_manifests.py.
 """
 
 from __future__ import annotations

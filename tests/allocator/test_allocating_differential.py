@@ -15,7 +15,7 @@ A disagreement is a bug in a fast tier (or in the search). CI runs a fixed, dera
 examples (well under 60 s on a shared 2-core machine). A longer, random run:
 
     DIFFERENTIAL_EXAMPLES=5000 DIFFERENTIAL_RANDOM=1 \\
-        python -m pytest tests/core/test_allocator_differential.py -q -p no:cacheprovider
+        python -m pytest tests/allocator/test_allocating_differential.py -q -p no:cacheprovider
 """
 
 from __future__ import annotations

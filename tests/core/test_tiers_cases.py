@@ -16,7 +16,7 @@ from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
 from extender.core.tiers import SearchTier
-from tests.core.test_fast_tiers_property import DRIVER, RecordingPlacement, device
+from tests.core.test_tiers_property import DRIVER, RecordingPlacement, device
 
 CLASS = {
     "kind": "DeviceClass",

@@ -19,7 +19,7 @@ from extender.core import scoring
 from extender.explaining import explain
 from extender.index.topology import NO_COORD, UNFITTABLE_SHARE, TopologySettings
 from extender.settings import load_settings
-from tests.topology import builders as b
+from tests.index import topology_builders as b
 
 ONLY_PACKING = TopologySettings(
     locality_weight=0, fragmentation_weight=0, packing_weight=0, preference_weight=0,

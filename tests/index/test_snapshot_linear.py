@@ -1,6 +1,6 @@
 """The linear device index (issue 10): pools gathered once per pool, blocks rebuilt per change.
 
-The oracle is the per-node gather (tests/core/reference_pools.py, upstream's gatherPools shape):
+The oracle is the per-node gather (tests/index/reference_pools.py, upstream's gatherPools shape):
 on many seeded random clusters every node's pool list, rows and invalid flag must be exactly
 what that oracle gives, after full builds and after incremental rebuilds.
 """
@@ -19,7 +19,7 @@ from extender.allocator.pools import PoolCatalog, gather_pools
 from extender.cluster.state import ClusterState
 from extender.index.snapshot import DeviceIndex, _node_block, build_index
 from extender.objects import Obj
-from tests.core.reference_pools import reference_gather_pools
+from tests.index.reference_pools import reference_gather_pools
 
 GATES_ON = Features.from_gates()
 GATES_OFF = Features.from_gates({"DRAPartitionableDevices": False})

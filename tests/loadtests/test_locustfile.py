@@ -29,7 +29,7 @@ from extender.wiring import build_services
 from loadtests import scenarios
 from loadtests.generate import SHAPES, generate_cluster, write
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXPECTED_NODES = "test.dra-extender.io/expected-nodes"
 
 

@@ -11,7 +11,7 @@ are deleted, or get a junk list entry. Properties:
   and no error, and the good pod still passes its node when the mutated object cannot concern it.
 
 Seeded (derandomized) and bounded for CI. A longer run, e.g. before a release:
-    FUZZ_EXAMPLES=5000 python -m pytest tests/core/test_state_fuzz.py -q -p no:cacheprovider
+    FUZZ_EXAMPLES=5000 python -m pytest tests/scenarios/test_state_fuzz.py -q -p no:cacheprovider
 """
 
 from __future__ import annotations

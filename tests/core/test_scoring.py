@@ -12,7 +12,7 @@ import pytest
 
 from extender.core import scoring
 from extender.index.topology import TopologySettings
-from tests.topology import builders as b
+from tests.index import topology_builders as b
 
 
 def _scores(objects: list[dict], pod: dict, nodes: list[str], topology: TopologySettings | None = None):
