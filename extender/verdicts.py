@@ -1,7 +1,8 @@
 """What the verbs answer, independent of HTTP: the contract between server and placement.
 
-`server.py` turns these into the kube-scheduler extender wire types; `core/placement.py` and
-`binder.py` produce them. Keeping them here lets both sides be tested alone.
+`server.py` turns these into the kube-scheduler extender wire types; `core/placement.py` and the
+binders (`binder.py`, `kube/binder.py`) produce them. Keeping them here lets both sides be tested
+alone.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ per node a histogram of signatures, per subset a count. No CEL, no per-device Py
 
 Nodes where a selected device needs a search (shared counters, shared capacity, binding
 conditions, per-device node selection), where CEL raised on a selected device, or that have an
-invalid pool are reported as `needs_search`: placement hands them to the first-fit kernel
-(`extender.core.firstfit`, which decides shared counters) and what that cannot model to upstream's search.
+invalid pool are reported as `needs_search`: the tiers (`extender.core.tiers`) hand them to the
+first-fit kernel (`extender.core.firstfit`, which decides shared counters) and what that cannot
+model to upstream's search.
 """
 
 from __future__ import annotations

@@ -267,7 +267,7 @@ def run(
 
 
 def preference(pod: FirstFitPlan, chosen_slot: np.ndarray) -> np.ndarray:
-    """Upstream's prioritized-list score per node from the chosen slots (as placement's
+    """Upstream's prioritized-list score per node from the chosen slots (as
     `scoring.preference`): sum over firstAvailable requests of 8 - chosen subrequest, over 8 per request."""
     if pod.prioritized_requests == 0:
         return np.ones(len(chosen_slot))

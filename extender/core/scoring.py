@@ -1,7 +1,7 @@
-"""Topology scores of a pod's device choice on each feasible node (the /prioritize core).
+"""Topology scores of a pod's device choice on each feasible node (what `extender.core.ranking` runs).
 
-Feasibility is decided elsewhere (placement: vectorised Hall check or upstream's search); this
-module only chooses *which* feasible devices to take and how good that choice is. Two paths:
+Feasibility is decided elsewhere (the tiers of `extender.core.tiers`); this module only chooses
+*which* feasible devices to take and how good that choice is. Two paths:
 
 - **kernel path**: the pod's requests are plain `ExactCount` requests (no admin access, capacity
   requests or `firstAvailable`) whose constraints are scalar `matchAttribute`/

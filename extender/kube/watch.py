@@ -22,9 +22,11 @@ MODIFIED event that makes a stored object invalid drops the old version too: the
 would never serve such an object, and a stale slice could offer devices the driver removed.
 
 Threads versus the loop: the `kubernetes` client is synchronous, so the workers block in their
-own threads; they never touch ClusterState. They queue operations, and one callback on the event
-loop applies everything queued so far (`_drain`), so ClusterState is only mutated on the loop
-(where placement reads it) and a burst of events costs one loop callback, not thousands.
+own threads; they never touch ClusterState. They queue operations, and one callback on the
+`loop` the source was given applies everything queued so far (`_drain`). In `serve` that loop
+is the placement's worker thread (`extender.wiring.build_kube_services`; `extender.worker`), so
+ClusterState is only mutated on the thread where placement reads it, and a burst of events costs
+one callback, not thousands; without one given, the running event loop at `start()` plays that part.
 Who writes what: `_KindWatch.rv`, counters and `known` are written by that kind's worker only;
 `listed` and `behind_since` are read by `synced()` on the loop and written by both sides under
 `KubeSource._lock`.
@@ -237,7 +239,8 @@ class KubeSource:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Start one worker thread per kind; call on the event loop that owns the state."""
+        """Start one worker thread per kind; call on the event loop (the state's owner unless a
+        `loop` was given)."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         self._started_at = self._clock()
@@ -295,7 +298,7 @@ class KubeSource:
             "synced": self.synced(),
         }
 
-    # ------------------------------------------------------------------ applying on the loop
+    # ------------------------------------------------------------------ applying on the state's loop
     def _submit(self, *ops: Op) -> None:
         with self._lock:
             self._pending.extend(ops)
