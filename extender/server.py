@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -77,12 +77,16 @@ class Tracing:
     owns: bool = False
 
 
+#: The pod of a call that has none (bind, or a body that failed to decode).
+_NO_POD = parse_pod({})
+
+
 @dataclass(slots=True)
 class _Outcome:
     """Key figures of one verb call: filled by the handler, reported by the middleware."""
 
     verb: str
-    pod: Pod = field(default_factory=lambda: parse_pod({}))
+    pod: Pod = _NO_POD
     namespace: str = ""
     name: str = ""
     uid: str = ""
