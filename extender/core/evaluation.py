@@ -92,7 +92,7 @@ class Evaluations:
         return len(self._entries)
 
     def remember(self, key: str, pod: Pod) -> None:
-        """Record a pod seen in filter/prioritize under its `pod_key`."""
+        """Record a pod seen in filter/prioritize under its `Pod.key` (UID, else namespace/name)."""
         self._seen[key] = pod
         self._seen.move_to_end(key)
         while len(self._seen) > self._seen_size:
@@ -114,11 +114,6 @@ def evaluation_of(pod: Pod, state: ClusterState, assumed: AssumeCache) -> PodEva
         except (ValueError, TypeError) as exc:
             evaluation.problem = reasons.invalid_claim(exc)
     return evaluation
-
-
-def pod_key(pod: Pod) -> str:
-    """The key of a pod among the pods seen and in the evaluation cache: its UID, else "namespace/name"."""
-    return pod.key
 
 
 def claims_key(pod: Pod) -> tuple[Any, ...]:
