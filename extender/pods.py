@@ -60,9 +60,8 @@ class Pod:
     name: str  # '' when absent
     uid: str  # '' when absent
     node_name: str  # spec.nodeName, '' when unbound
-    labels: Mapping[str, str] = field(
-        default_factory=lambda: _EMPTY, hash=False
-    )  # entries with string values
+    #: Entries with string values (a label value of another type counts as absent).
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     #: Entries with string values; numbers written unquoted in hand-made YAML count as their text.
     annotations: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     resource_claims: tuple[PodResourceClaim, ...] = ()  # entries that are objects, in order
@@ -87,7 +86,7 @@ class Pod:
     @property
     def problem(self) -> str:
         """What is wrong with the pod, in one line ('' if nothing): `validation.pod_problem`,
-        worked out once per record (a benign race: both threads find the same text)."""
+        worked out once per record (two threads racing both append the same text; the first wins)."""
         if not self._problem:
             self._problem.append(pod_problem(self.source))
         return self._problem[0]
