@@ -69,6 +69,7 @@ from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
 from extender.core.placement import Placement
 from extender.objects import Obj
+from extender.pods import parse_pod
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScore
 from loadtests.generate import SHAPE_LABEL, SHAPES, generate_cluster
@@ -258,11 +259,11 @@ def warm_up(cluster: Cluster, extra: int) -> dict[str, float]:
     for pod in firsts:
         placement.evaluations.clear()
         started = time.perf_counter()
-        placement.filter(pod, cluster.node_names)
+        placement.filter(parse_pod(pod), cluster.node_names)
         cold[_shape(pod)] = (time.perf_counter() - started) * 1000
     for pod in more:
         placement.evaluations.clear()
-        placement.prioritize(pod, placement.filter(pod, cluster.node_names).passed)
+        placement.prioritize(parse_pod(pod), placement.filter(parse_pod(pod), cluster.node_names).passed)
     placement.evaluations.clear()
     rss = _settled_rss()
     cluster.memory["first_calls_mib"] = rss - cluster.memory["rss_after_build_mib"]
@@ -319,11 +320,11 @@ def run_in_process(
         pod = cluster.pods[i % len(cluster.pods)]
         placement.evaluations.clear()
         started = time.perf_counter()
-        verdict = placement.filter(pod, names)
+        verdict = placement.filter(parse_pod(pod), names)
         if only_prioritize:
             started = time.perf_counter()
         if (prioritize or only_prioritize) and verdict.passed:
-            placement.prioritize(pod, verdict.passed)
+            placement.prioritize(parse_pod(pod), verdict.passed)
         elapsed = time.perf_counter() - started
         samples.append(elapsed)
         by_shape.setdefault(_shape(pod), []).append(elapsed)
@@ -367,13 +368,13 @@ async def run_binds_in_process(cluster: Cluster, pods: list[Obj], warmup: int) -
     for pod in pods:
         placement.evaluations.clear()
         started = time.perf_counter()
-        verdict = placement.filter(pod, names)
+        verdict = placement.filter(parse_pod(pod), names)
         if bound_before:
             filters.append(time.perf_counter() - started)
         if not verdict.passed:
             skipped += 1
             continue
-        node = best_node(placement.prioritize(pod, verdict.passed))
+        node = best_node(placement.prioritize(parse_pod(pod), verdict.passed))
         namespace, name, uid = _pod_ids(pod)
         started = time.perf_counter()
         error = (await binder.bind(namespace=namespace, name=name, uid=uid, node=node)).error
@@ -563,7 +564,7 @@ def run_after_update(cluster: Cluster, kind: str, calls: int, warmup: int) -> Re
         pod = cluster.pods[i % len(cluster.pods)]
         placement.evaluations.clear()
         started = time.perf_counter()
-        verdict = placement.filter(pod, names)
+        verdict = placement.filter(parse_pod(pod), names)
         samples.append(time.perf_counter() - started)
         errors += bool(verdict.error)
     return _result(
@@ -584,7 +585,7 @@ def profile_filter(cluster: Cluster, calls: int, top: int = 15) -> str:
         pod = cluster.pods[i % len(cluster.pods)]
         placement.evaluations.clear()
         profiler.enable()
-        placement.filter(pod, names)
+        placement.filter(parse_pod(pod), names)
         profiler.disable()
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).strip_dirs().sort_stats("cumulative").print_stats(top)

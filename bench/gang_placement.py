@@ -51,6 +51,7 @@ from extender.core.assumed import AssumeCache
 from extender.core.gang import CLIQUE_LABEL, SIZE_ANNOTATION, GangSettings
 from extender.core.placement import Placement
 from extender.objects import Obj
+from extender.pods import parse_pod
 from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
 from loadtests.scenarios import machine_facts
 
@@ -178,11 +179,12 @@ def _member(gang: Gang, index: int) -> tuple[Obj, Obj]:
 def _place_member(placement: Placement, nodes: list[str], pod: Obj, claim: Obj, policy: str) -> str | None:
     state = placement.state
     state.upsert(claim)
-    verdict = placement.filter(pod, nodes)
+    record = parse_pod(pod)
+    verdict = placement.filter(record, nodes)
     if verdict.error or not verdict.passed:
         state.delete("ResourceClaim", claim["metadata"]["name"], NAMESPACE)
         return None
-    node, allocations, _ = choose(placement, pod, verdict.passed, policy)
+    node, allocations, _ = choose(placement, record, verdict.passed, policy)
     if not allocations:
         state.delete("ResourceClaim", claim["metadata"]["name"], NAMESPACE)
         return None

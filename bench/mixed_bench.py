@@ -61,6 +61,7 @@ import orjson
 
 from bench.filter_bench import best_node, release_memory, rss_mib
 from extender.objects import Obj
+from extender.pods import parse_pod
 from loadtests.fleet import MIXED_SHAPES, NODE_TYPE_LABEL, fleet_counts, generate_mixed_cluster
 from loadtests.generate import SHAPE_LABEL, write, write_json_state
 from loadtests.scenarios import Bodies, PodEntry, machine_facts
@@ -311,7 +312,7 @@ def measure_in_process(objects: list[Obj], work: Workload, slice_calls: int) -> 
     slices = state.list("ResourceSlice")
     firsts = [entries[0] for entries in work.by_shape().values()]
     for entry in firsts:  # not counted: the first call per shape builds its CEL masks
-        placement.filter(work.fresh(entry), names)
+        placement.filter(parse_pod(work.fresh(entry)), names)
     unchanged: list[float] = []
     changed: list[float] = []
     changes: list[Obj] = []  # which slice each change touched, for the slow ones
@@ -322,17 +323,17 @@ def measure_in_process(objects: list[Obj], work: Workload, slice_calls: int) -> 
         # Not counted: the previous slice change made a new index generation, whose selector
         # masks for this shape are built by its first filter; "nothing changed" is the call after.
         placement.evaluations.clear()
-        placement.filter(pod, names)
+        placement.filter(parse_pod(pod), names)
         placement.evaluations.clear()  # as bench.filter_bench: every call does a new pod's work
         began = time.perf_counter()
-        placement.filter(pod, names)
+        placement.filter(parse_pod(pod), names)
         unchanged.append(time.perf_counter() - began)
         target = slices[(i * 7919) % len(slices)]
         meta = target["metadata"]
         state.upsert({**target, "metadata": {**meta, "resourceVersion": f"{meta['resourceVersion']}{i}"}})
         placement.evaluations.clear()
         began = time.perf_counter()
-        placement.filter(pod, names)
+        placement.filter(parse_pod(pod), names)
         changed.append(time.perf_counter() - began)
         changes.append(
             {

@@ -61,6 +61,7 @@ from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.index.topology import LEVELS, NO_COORD, NODE_LEVEL, TopologySettings
 from extender.objects import Obj
+from extender.pods import Pod, parse_pod
 from kernels import topology as kernels
 from loadtests import topology_fleet as tc
 
@@ -361,7 +362,7 @@ class _WarningCounter(logging.Handler):
         self.count += 1
 
 
-def choose(placement: Placement, pod: Obj, passed: list[str], policy: str) -> tuple[str, Any, Any]:
+def choose(placement: Placement, pod: Pod, passed: list[str], policy: str) -> tuple[str, Any, Any]:
     """(node, allocations, evaluation) `policy` picks among the nodes that passed filter.
 
     `first-fit`: the first passed node (cluster order) and upstream's first-fit devices there;
@@ -384,11 +385,12 @@ def schedule(placement: Placement, nodes: list[str], job: Job, policy: str) -> J
     for claim in claims:
         state.upsert(claim)
     pod = _pod(job, claims)
+    record_of_pod = parse_pod(pod)
     started = time.perf_counter()
-    verdict = placement.filter(pod, nodes)
+    verdict = placement.filter(record_of_pod, nodes)
     node, allocations, method = None, None, ""
     if not verdict.error and verdict.passed:
-        node, allocations, evaluation = choose(placement, pod, verdict.passed, policy)
+        node, allocations, evaluation = choose(placement, record_of_pod, verdict.passed, policy)
         if policy != FIRST_FIT:
             chosen = placement.scores(evaluation, [node]).get(node)
             method = chosen.method if chosen is not None else ""

@@ -33,6 +33,7 @@ from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.core.tiers import FirstFitTier
 from extender.objects import Obj
+from extender.pods import parse_pod
 from extender.settings import Settings
 from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
 
@@ -220,10 +221,10 @@ def run(nodes: int, calls: int, *, before: bool, seed: int = 1) -> dict[str, dic
             placement.evaluations.clear()
             cpu = time.process_time()
             started = time.perf_counter()
-            verdict = placement.filter(pod, names)
+            verdict = placement.filter(parse_pod(pod), names)
             middle = time.perf_counter()
             filter_cpu = time.process_time() - cpu
-            placement.prioritize(pod, verdict.passed)
+            placement.prioritize(parse_pod(pod), verdict.passed)
             ended = time.perf_counter()
             if number == 0:
                 continue  # warm-up: CEL masks and kernel compilation

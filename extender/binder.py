@@ -28,6 +28,7 @@ from extender.core.evaluation import PODS_SEEN_SIZE
 from extender.core.placement import Placement
 from extender.errors import AllocationError
 from extender.objects import Obj
+from extender.pods import Pod, parse_pod
 from extender.verdicts import ERROR, OK, BindOutcome
 from extender.worker import WorkTimeout
 
@@ -63,28 +64,25 @@ class InMemoryBinder:
         except (AllocationError, _UnknownPod) as exc:
             return str(exc)
 
-    def _find_pod(self, namespace: str, name: str, uid: str) -> Obj:
+    def _find_pod(self, namespace: str, name: str, uid: str) -> Pod:
         """The pod bind names, from the state or the pods seen; raises `_UnknownPod` with the
         true reason when there is none or the one found has another name or UID."""
         ref = f"{namespace}/{name}"
-        pod = self._state.get("Pod", name, namespace)
-        stored_uid = ((pod or {}).get("metadata") or {}).get("uid") or ""
-        if pod is not None and (not uid or not stored_uid or stored_uid == uid):
+        found = self._state.get("Pod", name, namespace)
+        pod = None if found is None else parse_pod(found)
+        if pod is not None and (not uid or not pod.uid or pod.uid == uid):
             return pod
         seen = self._placement.seen_pod(uid or ref)
         if seen is not None:
-            meta = seen.get("metadata") or {}
-            seen_ref = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-            if seen_ref != ref:
+            if seen.ref != ref:
                 raise _UnknownPod(
-                    f"pod UID {uid} was seen in filter as pod {seen_ref}, but bind names pod {ref}: "
+                    f"pod UID {uid} was seen in filter as pod {seen.ref}, but bind names pod {ref}: "
                     "refusing to bind a pod under another pod's identity"
                 )
             return seen
         if pod is not None:
             raise _UnknownPod(
-                f"pod {ref} in the cluster state has UID {stored_uid}, not {uid}: "
-                "it was deleted and re-created"
+                f"pod {ref} in the cluster state has UID {pod.uid}, not {uid}: it was deleted and re-created"
             )
         uid_text = f" (uid {uid})" if uid else ""
         raise _UnknownPod(
@@ -94,7 +92,7 @@ class InMemoryBinder:
 
     def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
         pod = self._find_pod(namespace, name, uid)
-        bound_to = (pod.get("spec") or {}).get("nodeName")
+        bound_to = pod.node_name
         if bound_to:
             return "" if bound_to == node else f"pod {namespace}/{name} is already bound to node {bound_to}"
         try:
@@ -102,8 +100,7 @@ class InMemoryBinder:
         except binding.BindRefusal as exc:
             return exc.message
         claims, allocations = choice.claims, choice.allocations
-        pod_meta = pod.get("metadata") or {}
-        consumer = {"resource": "pods", "name": pod_meta.get("name", name), "uid": pod_meta.get("uid", uid)}
+        consumer = {"resource": "pods", "name": pod.name or name, "uid": pod.uid or uid}
         for claim, allocation in zip(claims.pending, allocations, strict=True):
             self._state.upsert(_allocated_claim(claim, allocation.allocation, consumer))
         for claim in claims.allocated:
@@ -112,7 +109,7 @@ class InMemoryBinder:
             )
             if original is not None:
                 self._state.upsert(_reserved_claim(original, consumer))
-        bound = copy.deepcopy(pod)
+        bound = copy.deepcopy(pod.source)  # the object as stored or received: dicts stay at the edge
         bound.setdefault("kind", "Pod")
         bound.setdefault("metadata", {}).setdefault("namespace", namespace)
         bound.setdefault("spec", {})["nodeName"] = node

@@ -20,8 +20,9 @@ from extender.allocator.model import DeviceID
 from extender.allocator.nodeselection import selector_matches
 from extender.cluster.state import ClusterState
 from extender.objects import Obj
+from extender.pods import Pod
 from extender.quantity import Quantity
-from extender.validation import pod_problem, problems
+from extender.validation import problems
 
 #: Namespace label that allows `adminAccess: true` requests (resource.kubernetes.io/admin-access).
 ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
@@ -44,43 +45,37 @@ class PodClaims:
         return bool(self.pending or self.allocated or self.problem)
 
 
-def pod_ref(pod: Obj) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
-
-
 def claim_ref(claim: Obj) -> str:
     meta = claim.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
-def resolve_pod_claims(pod: Obj, state: ClusterState, *, assumed: dict[str, Obj] | None = None) -> PodClaims:
+def resolve_pod_claims(pod: Pod, state: ClusterState, *, assumed: dict[str, Obj] | None = None) -> PodClaims:
     """Find the pod's claims in `state`; `assumed` maps claim uid -> in-flight allocation."""
-    problem = pod_problem(pod)
-    if problem:
-        return PodClaims(problem=problem)
-    meta = pod.get("metadata") or {}
-    namespace = meta.get("namespace") or "default"
-    pod_uid = meta.get("uid", "")
-    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()}
+    if pod.problem:
+        return PodClaims(problem=pod.problem)
+    namespace = pod.namespace
+    pod_uid = pod.uid
+    statuses = {s.name: s for s in pod.resource_claim_statuses}
     result = PodClaims()
     seen: set[str] = set()
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
-        entry_name = entry.get("name", "")
-        from_template = bool(entry.get("resourceClaimTemplateName"))
-        if entry.get("resourceClaimName"):
-            claim_name = entry["resourceClaimName"]
+    for entry in pod.resource_claims:
+        entry_name = entry.name or ""
+        claim_name: str | None
+        from_template = bool(entry.resource_claim_template_name)
+        if entry.resource_claim_name:
+            claim_name = entry.resource_claim_name
         elif from_template:
             status = statuses.get(entry_name)
             if status is None:
-                result.problem = f'pod "{pod_ref(pod)}": ResourceClaim not created yet'
+                result.problem = f'pod "{pod.ref}": ResourceClaim not created yet'
                 return result
-            claim_name = status.get("resourceClaimName")
+            claim_name = status.resource_claim_name
             if not claim_name:
                 continue  # intentionally not created (e.g. no container uses it)
         else:
             result.problem = (
-                f'pod "{pod_ref(pod)}": resourceClaims entry "{entry_name}" names no claim or template'
+                f'pod "{pod.ref}": resourceClaims entry "{entry_name}" names no claim or template'
             )
             return result
         if claim_name in seen:
@@ -105,8 +100,7 @@ def resolve_pod_claims(pod: Obj, state: ClusterState, *, assumed: dict[str, Obj]
             return result
         if from_template and not _owned_by(claim, pod_uid):
             result.problem = (
-                f"ResourceClaim {namespace}/{claim_name} was not created for pod {pod_ref(pod)} "
-                "(pod is not owner)"
+                f"ResourceClaim {namespace}/{claim_name} was not created for pod {pod.ref} (pod is not owner)"
             )
             return result
         allocation = (claim.get("status") or {}).get("allocation") or (assumed or {}).get(

@@ -21,6 +21,7 @@ from extender.core.placement import Placement
 from extender.core.reasons import PASSED
 from extender.index.topology import TopologySettings
 from extender.objects import Obj
+from extender.pods import parse_pod
 from extender.validation import pod_problem
 
 
@@ -71,13 +72,14 @@ def explain(
     nodes: list[str] | None = None,
     topology: TopologySettings | None = None,
 ) -> str:
-    """A human-readable report of the pod against the given nodes (default: all nodes)."""
+    """A human-readable report of the pod (the object, parsed here) against the given nodes
+    (default: all nodes)."""
+    record = parse_pod(pod)
     placement = Placement(state, features=features, assumed=AssumeCache(), topology=topology)
     index = placement.index()
     names = nodes or list(index.node_names)
-    evaluation = placement.evaluate(pod, names)
-    meta = pod.get("metadata") or {}
-    lines = [f"pod {meta.get('namespace') or 'default'}/{meta.get('name', '?')}"]
+    evaluation = placement.evaluate(record, names)
+    lines = [f"pod {record.namespace}/{record.name or '?'}"]
     if evaluation.error:
         lines.append(f"  error: {evaluation.error}")
         return "\n".join(lines)
@@ -88,7 +90,7 @@ def explain(
         lines.append("  to allocate: " + ", ".join(_ref(c) for c in claims.pending))
     if not claims.uses_claims:
         lines.append("  uses no ResourceClaims: every node passes")
-    priorities = {h.host: h.score for h in placement.prioritize(pod, names)}
+    priorities = {h.host: h.score for h in placement.prioritize(record, names)}
     scores = placement.scores(evaluation, [n for n in names if evaluation.verdicts[n].status == PASSED])
     passed = 0
     for name in names:

@@ -2,7 +2,8 @@
 
 One alias for the whole code base. Raw objects belong to the edges: the wire codec, the cluster
 state and its loaders, validation, the kube package and the binders that write objects back. The
-allocator and the index work on parsed records (`extender.allocator.model`, `.inputs`).
+allocator and the index work on parsed records (`extender.allocator.model`, `.inputs`), the core
+on pods parsed at the edge (`extender.pods`).
 """
 
 from __future__ import annotations

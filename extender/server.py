@@ -34,7 +34,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -47,6 +47,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from extender import telemetry, verdicts, wire
 from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
+from extender.pods import Pod, parse_pod
 from extender.settings import Settings
 from extender.telemetry import DURATION_BUCKETS, Metrics
 from extender.verdicts import BindService, FilterVerdict, HostScore, PlacementService
@@ -76,12 +77,16 @@ class Tracing:
     owns: bool = False
 
 
+#: The pod of a call that has none (bind, or a body that failed to decode).
+_NO_POD = parse_pod({})
+
+
 @dataclass(slots=True)
 class _Outcome:
     """Key figures of one verb call: filled by the handler, reported by the middleware."""
 
     verb: str
-    pod: dict[str, Any] = field(default_factory=dict)
+    pod: Pod = _NO_POD
     namespace: str = ""
     name: str = ""
     uid: str = ""
@@ -94,13 +99,11 @@ class _Outcome:
     reason: str = ""  # bind: verdicts.BIND_REASONS; filter: telemetry.FILTER_ERROR_REASONS
     error: str = ""
 
-    def set_pod(self, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata")
-        meta = meta if isinstance(meta, dict) else {}
+    def set_pod(self, pod: Pod) -> None:
         self.pod = pod
-        self.namespace = str(meta.get("namespace") or "default")
-        self.name = str(meta.get("name") or "?")
-        self.uid = str(meta.get("uid") or "")
+        self.namespace = pod.namespace
+        self.name = pod.name or "?"
+        self.uid = pod.uid
 
     @property
     def pod_ref(self) -> str:
@@ -202,12 +205,14 @@ def _child(name: str) -> AbstractContextManager[Any]:
     return telemetry.span(name)
 
 
-async def _decode_args(request: web.Request, verb: str) -> tuple[_Outcome, Any, list[str], Any]:
-    """Read and decode ExtenderArgs (under a decode span); the outcome records pod and node count."""
+async def _decode_args(request: web.Request, verb: str) -> tuple[_Outcome, Pod, list[str], Any]:
+    """Read and decode ExtenderArgs and parse the pod, once per call (under a decode span); the
+    outcome records pod and node count."""
     outcome = _outcome(verb)
     body = await _read_body(request)
     with _child(telemetry.SPAN_DECODE):
-        pod, node_names, node_items = wire.decode_extender_args(body)
+        raw, node_names, node_items = wire.decode_extender_args(body)
+        pod = parse_pod(raw)
     outcome.set_pod(pod)
     outcome.nodes_in = len(node_names)
     return outcome, pod, node_names, node_items
@@ -452,10 +457,9 @@ def _annotate(span: trace.Span, request: web.Request, outcome: _Outcome, status:
         attributes.update({telemetry.ATTR_NAMESPACE: outcome.namespace, telemetry.ATTR_POD: outcome.name})
     if outcome.uid:
         attributes[telemetry.ATTR_POD_UID] = outcome.uid
-    spec = outcome.pod.get("spec")
+    spec = outcome.pod.source.get("spec")  # present as a list, even an empty one: the attribute is set
     if isinstance(spec, dict) and isinstance(spec.get("resourceClaims"), list):
-        names = [c.get("name") for c in spec["resourceClaims"] if isinstance(c, dict)]
-        attributes[telemetry.ATTR_CLAIMS] = [str(n) for n in names if n]
+        attributes[telemetry.ATTR_CLAIMS] = [c.name for c in outcome.pod.resource_claims if c.name]
     if outcome.verb == "filter":
         attributes[telemetry.ATTR_NODES_FAILED] = outcome.failed
         attributes[telemetry.ATTR_NODES_UNRESOLVABLE] = outcome.unresolvable

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from extender.index.snapshot import DeviceIndex
+    from extender.pods import Pod
     from extender.worker import PlacementWorker
 
 
@@ -62,11 +63,11 @@ class PlacementService(Protocol):
         """True once the cluster state is loaded (file mode) or synced (cluster mode)."""
         ...
 
-    def filter(self, pod: dict[str, Any], node_names: list[str]) -> FilterVerdict:
+    def filter(self, pod: Pod, node_names: list[str]) -> FilterVerdict:
         """Decide for each node whether the pod's claims can be allocated there."""
         ...
 
-    def prioritize(self, pod: dict[str, Any], node_names: list[str]) -> list[HostScore]:
+    def prioritize(self, pod: Pod, node_names: list[str]) -> list[HostScore]:
         """Score each node 0..10; nodes that fail filter score 0."""
         ...
 

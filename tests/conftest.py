@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from extender.pods import Pod
 from extender.server import make_app
 from extender.settings import Settings
 from extender.verdicts import OK, BindOutcome, FilterVerdict, HostScore, PlacementStats
@@ -26,7 +27,9 @@ class FakePlacement:
         self.verdict = FilterVerdict()
         self.scores: list[HostScore] = []
         self.raises: Exception | None = None
+        #: (verb, the pod object as the scheduler sent it, node names); `records` has the parsed pods.
         self.calls: list[tuple[str, dict[str, Any], list[str]]] = []
+        self.records: list[Pod] = []
 
     worker = None  # the app runs the verbs on a worker thread of its own
 
@@ -39,14 +42,16 @@ class FakePlacement:
     def stats(self) -> PlacementStats:
         return PlacementStats(index=None, assumed=None)
 
-    def filter(self, pod: dict[str, Any], node_names: list[str]) -> FilterVerdict:
-        self.calls.append(("filter", pod, list(node_names)))
+    def filter(self, pod: Pod, node_names: list[str]) -> FilterVerdict:
+        self.calls.append(("filter", pod.source, list(node_names)))
+        self.records.append(pod)
         if self.raises is not None:
             raise self.raises
         return self.verdict
 
-    def prioritize(self, pod: dict[str, Any], node_names: list[str]) -> list[HostScore]:
-        self.calls.append(("prioritize", pod, list(node_names)))
+    def prioritize(self, pod: Pod, node_names: list[str]) -> list[HostScore]:
+        self.calls.append(("prioritize", pod.source, list(node_names)))
+        self.records.append(pod)
         if self.raises is not None:
             raise self.raises
         return self.scores

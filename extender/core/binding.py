@@ -25,6 +25,7 @@ from extender.core.scoring import FIRST_FIT, PARTITION
 from extender.core.searching import Search
 from extender.core.view import ClusterView
 from extender.objects import Obj
+from extender.pods import Pod
 from extender.verdicts import CLAIM_GONE, NO_FIT, NODE_GONE
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def problem_reason(problem: str) -> str:
 
 def choose_for_bind(
     placement: Placement,
-    pod: Obj,
+    pod: Pod,
     node: str,
     *,
     wording: Wording,
@@ -88,7 +89,7 @@ def choose_for_bind(
         BindRefusal: the claims cannot be resolved, the node is unknown, an allocated claim does
             not fit the node, or the pending claims cannot be allocated there.
     """
-    ref = claim_ref(pod)  # namespace/name, as for a claim
+    ref = pod.ref
     claims = resolve_pod_claims(pod, placement.state, assumed=placement.assumed.active())
     if claims.problem:
         raise BindRefusal(claims.problem, problem_reason(claims.problem))

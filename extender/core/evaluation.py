@@ -19,13 +19,13 @@ import numpy as np
 from extender import telemetry
 from extender.allocator.requests import ClaimSpec, parse_claim
 from extender.allocator.results import ClaimAllocation
-from extender.claims import PodClaims, claim_ref, resolve_pod_claims
+from extender.claims import PodClaims, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.core import firstfit, reasons
 from extender.core.assumed import AssumeCache
 from extender.core.reasons import PASSED, NodeVerdict
 from extender.core.scoring import KernelPlan, ScoreBook
-from extender.objects import Obj
+from extender.pods import Pod
 
 #: Pod evaluations kept (LRU); a scheduling cycle needs only the current pod's.
 EVALUATION_CACHE_SIZE = 256
@@ -40,7 +40,7 @@ Key = tuple[str, tuple[Any, ...], tuple[int, int, int]]
 class PodEvaluation:
     """Everything decided about one pod at one generation."""
 
-    pod: Obj
+    pod: Pod
     claims: PodClaims
     specs: list[ClaimSpec]
     problem: str = ""  # pod-level: every node is unresolvable with this message
@@ -70,7 +70,7 @@ class Evaluations:
         self._entries: OrderedDict[Key, PodEvaluation] = OrderedDict()
         #: uid (or "namespace/name" for a pod without one) -> the pod as last seen in filter or
         #: prioritize, for bind (which receives only names); LRU of `pods_seen` entries.
-        self._seen: OrderedDict[str, Obj] = OrderedDict()
+        self._seen: OrderedDict[str, Pod] = OrderedDict()
 
     def get(self, key: Key) -> PodEvaluation | None:
         """The cached evaluation (now the most recently used), or None."""
@@ -91,19 +91,19 @@ class Evaluations:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def remember(self, key: str, pod: Obj) -> None:
-        """Record a pod seen in filter/prioritize under its `pod_key`."""
+    def remember(self, key: str, pod: Pod) -> None:
+        """Record a pod seen in filter/prioritize under its `Pod.key` (UID, else namespace/name)."""
         self._seen[key] = pod
         self._seen.move_to_end(key)
         while len(self._seen) > self._seen_size:
             self._seen.popitem(last=False)
 
-    def seen(self, key: str) -> Obj | None:
+    def seen(self, key: str) -> Pod | None:
         """The pod last seen under this UID (or "namespace/name"), or None."""
         return self._seen.get(key)
 
 
-def evaluation_of(pod: Obj, state: ClusterState, assumed: AssumeCache) -> PodEvaluation:
+def evaluation_of(pod: Pod, state: ClusterState, assumed: AssumeCache) -> PodEvaluation:
     """A new evaluation of the pod: its claims resolved and parsed, nothing decided yet."""
     with telemetry.span(telemetry.SPAN_RESOLVE_CLAIMS):
         claims = resolve_pod_claims(pod, state, assumed=assumed.active())
@@ -116,25 +116,9 @@ def evaluation_of(pod: Obj, state: ClusterState, assumed: AssumeCache) -> PodEva
     return evaluation
 
 
-def pod_key(pod: Obj) -> str:
-    """The key of a pod among the pods seen and in the evaluation cache: its UID, else "namespace/name"."""
-    return (pod.get("metadata") or {}).get("uid") or claim_ref(pod)
-
-
-def claims_key(pod: Obj) -> tuple[Any, ...]:
+def claims_key(pod: Pod) -> tuple[Any, ...]:
     """What a pod's claims are, as far as the pod itself says: namespace, its `resourceClaims`
     entries and `resourceClaimStatuses` (the generated claims' names). Part of the evaluation
     key, because a verdict is about these claims; the claims' contents are covered by the claims
-    generation. Types were checked at the wire (`wire.check_pod`)."""
-    meta = pod.get("metadata") or {}
-    entries = (pod.get("spec") or {}).get("resourceClaims") or ()
-    statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or ()
-    return (
-        meta.get("namespace") or "default",
-        tuple(
-            (e.get("name"), e.get("resourceClaimName"), e.get("resourceClaimTemplateName"))
-            for e in entries
-            if isinstance(e, dict)
-        ),
-        tuple((s.get("name"), s.get("resourceClaimName")) for s in statuses if isinstance(s, dict)),
-    )
+    generation. Equal pods give equal keys (the entries are tuples)."""
+    return (pod.namespace, pod.resource_claims, pod.resource_claim_statuses)

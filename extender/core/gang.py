@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from extender.objects import Obj
+from extender.pods import Pod, parse_pod
 
 if TYPE_CHECKING:
     from extender.cluster.state import ClusterState
@@ -101,47 +102,36 @@ class Gang:
     size: int | None
 
 
-def gang_of(pod: Obj, settings: GangSettings | None = None) -> Gang | None:
+def gang_of(pod: Pod, settings: GangSettings | None = None) -> Gang | None:
     """The pod's gang, or None for a pod that belongs to none (see module docstring)."""
     settings = settings or GangSettings()
-    meta = _mapping(pod.get("metadata"))
-    spec = _mapping(pod.get("spec"))
-    namespace = str(meta.get("namespace") or "default")
-    labels = _mapping(meta.get("labels"))
-    annotations = _mapping(meta.get("annotations"))
-    key = _key(spec, labels)
+    key = _key(pod)
     if key is None:
         return None
-    return Gang(f"{namespace}/{key}", _size(annotations, settings))
+    return Gang(f"{pod.namespace}/{key}", _size(pod.annotations, settings))
 
 
-def _mapping(value: Any) -> Obj:
-    """`value` if it is an object, else an empty one (pods are checked at the wire, not typed)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _key(spec: Obj, labels: Mapping[str, Any]) -> str | None:
-    group = spec.get("schedulingGroup")
-    if isinstance(group, dict) and group.get("podGroupName"):
-        return f"podgroup:{group['podGroupName']}"
-    ref = spec.get("workloadRef")
-    if isinstance(ref, dict) and ref.get("name"):
-        parts = [str(ref["name"]), str(ref.get("podGroup") or ""), str(ref.get("podGroupReplicaKey") or "")]
-        return "workload:" + "/".join(parts)
+def _key(pod: Pod) -> str | None:
+    if pod.pod_group_name:
+        return f"podgroup:{pod.pod_group_name}"
+    ref = pod.workload_ref
+    if ref is not None:
+        return "workload:" + "/".join(ref)
+    labels = pod.labels
     for controller, keys in GANG_LABELS:
         values = [labels.get(k) for k in keys]
-        if all(isinstance(v, str) and v for v in values):
+        if all(values):
             return f"{controller}:" + "/".join(str(v) for v in values)
     return None
 
 
-def _size(annotations: Mapping[str, Any], settings: GangSettings) -> int | None:
+def _size(annotations: Mapping[str, str], settings: GangSettings) -> int | None:
     for name in (settings.size_annotation, LWS_SIZE_ANNOTATION):
         raw = annotations.get(name)
         if raw is None:
             continue
         try:
-            size = int(str(raw).strip())
+            size = int(raw.strip())
         except ValueError:
             continue  # a bad annotation costs the fit term, never the placement
         if size >= 1:
@@ -188,7 +178,7 @@ def _attribute_text(value: Any) -> str | None:
 
 def placed_members(
     gang: Gang,
-    pods: Iterable[Obj],
+    pods: Iterable[Pod],
     *,
     assumed: Mapping[str, str] | None = None,
     settings: GangSettings | None = None,
@@ -201,14 +191,11 @@ def placed_members(
     """
     out: dict[str, str] = {}
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or uid == exclude_uid:
+        if not pod.node_name or pod.uid == exclude_uid:
             continue
         other = gang_of(pod, settings)
         if other is not None and other.key == gang.key:
-            out[uid] = str(node)
+            out[pod.uid] = pod.node_name
     for uid, node in (assumed or {}).items():
         if uid != exclude_uid:
             out.setdefault(uid, node)
@@ -283,7 +270,7 @@ class Gangs:
         state: ClusterState,
         index: Callable[[], DeviceIndex],
         assumed: AssumeCache,
-        seen: Callable[[str], Obj | None],
+        seen: Callable[[str], Pod | None],
     ) -> None:
         self.settings = settings
         self._state = state
@@ -292,6 +279,7 @@ class Gangs:
         self._seen = seen
         self._cliques: tuple[int, dict[str, str]] = (-1, {})  # (index generation, node -> clique)
         self._gang_pods: tuple[int, dict[str, dict[str, str]]] = (-1, {})  # (claims gen, key -> uid -> node)
+        self._pods: tuple[int, dict[tuple[str, str], Pod]] = (-1, {})  # (claims gen, (ns, name) -> pod)
 
     def node_cliques(self) -> dict[str, str]:
         """node -> multi-node NVLink clique, per index generation."""
@@ -306,13 +294,12 @@ class Gangs:
         generation = self._state.claims_generation
         if self._gang_pods[0] != generation:
             by_gang: dict[str, dict[str, str]] = {}
-            for pod in self._state.iter("Pod"):
-                node = (pod.get("spec") or {}).get("nodeName")
-                if not node:
+            for pod in self.state_pods():
+                if not pod.node_name:
                     continue
                 other = gang_of(pod, self.settings)
                 if other is not None:
-                    by_gang.setdefault(other.key, {})[str((pod.get("metadata") or {}).get("uid", ""))] = node
+                    by_gang.setdefault(other.key, {})[pod.uid] = pod.node_name
             self._gang_pods = (generation, by_gang)
         members = dict(self._gang_pods[1].get(member.key, {}))
         assumed = self._assumed.pod_nodes()
@@ -320,26 +307,43 @@ class Gangs:
             for pod in self._candidates(assumed):
                 other = gang_of(pod, self.settings)
                 if other is not None and other.key == member.key:
-                    uid = str((pod.get("metadata") or {}).get("uid", ""))
-                    members.setdefault(uid, assumed[uid])
+                    members.setdefault(pod.uid, assumed[pod.uid])
         members.pop(pod_uid, None)
         return members
 
-    def _candidates(self, assumed: dict[str, str]) -> list[Obj]:
+    def state_pods(self) -> Iterable[Pod]:
+        """The state's pods, parsed. Per claims generation, only the pods the state's change log
+        names are parsed again (all of them when the log cannot tell): a gang bind changes the
+        claims generation, and the next member's prioritize would otherwise parse every pod."""
+        generation = self._state.claims_generation
+        parsed_at, pods = self._pods
+        if parsed_at != generation:
+            changed = self._state.changed_since("Pod", parsed_at) if parsed_at >= 0 else None
+            if changed is None:
+                pods = {(pod.namespace, pod.name): pod for pod in map(parse_pod, self._state.iter("Pod"))}
+            else:
+                for namespace, name in changed:
+                    obj = self._state.get("Pod", name, namespace)
+                    if obj is None:
+                        pods.pop((namespace, name), None)
+                    else:
+                        pods[(namespace, name)] = parse_pod(obj)
+            self._pods = (generation, pods)
+        return pods.values()
+
+    def _candidates(self, assumed: dict[str, str]) -> list[Pod]:
         """Pods behind assumed bindings: from the pods seen in filter, else the state."""
         found = [pod for uid in assumed if (pod := self._seen(uid)) is not None]
         if len(found) < len(assumed):
-            found.extend(
-                p for p in self._state.iter("Pod") if (p.get("metadata") or {}).get("uid") in assumed
-            )
+            found.extend(pod for pod in self.state_pods() if pod.uid in assumed)
         return found
 
-    def with_term(self, pod: Obj, passed: list[str], by_node: dict[str, int]) -> dict[str, int]:
+    def with_term(self, pod: Pod, passed: list[str], by_node: dict[str, int]) -> dict[str, int]:
         """Prioritize's 0..10 per node with the clique term of a gang member (`weight` > 0)."""
         member = gang_of(pod, self.settings)
         if member is None or not passed:
             return by_node
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        uid = pod.uid
         cliques = self.node_cliques()
         placed = self.members(member, uid).values()
         terms = clique_scores(member, passed, cliques, placed)
@@ -348,13 +352,13 @@ class Gangs:
         weight = self.settings.weight
         return {name: combine(by_node.get(name, 0), terms[name], weight) for name in passed}
 
-    def outside_clique(self, pod: Obj, node_names: list[str]) -> dict[str, str]:
+    def outside_clique(self, pod: Pod, node_names: list[str]) -> dict[str, str]:
         """Nodes outside a placed gang's clique -> reason (setting `gang_filter_other_cliques`)."""
         member = gang_of(pod, self.settings)
         if member is None:
             return {}
         cliques = self.node_cliques()
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        uid = pod.uid
         home = home_clique(cliques, self.members(member, uid).values())
         if home is None:
             return {}

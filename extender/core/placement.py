@@ -29,7 +29,7 @@ from extender.allocator.results import ClaimAllocation
 from extender.cluster.state import ClusterState
 from extender.core import binding, gang, scoring, tiers
 from extender.core.assumed import AssumeCache
-from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of, pod_key
+from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of
 from extender.core.ranking import KernelMeter, Ranker
 from extender.core.reasons import FAILED, PASSED
 from extender.core.scoring import ScoreBook
@@ -39,6 +39,7 @@ from extender.core.view import ClusterView, Generation
 from extender.index.snapshot import DeviceIndex
 from extender.index.topology import TopologyModel, TopologySettings
 from extender.objects import Obj
+from extender.pods import Pod
 from extender.verdicts import FilterVerdict, HostScore, PlacementStats
 from extender.worker import PlacementWorker
 
@@ -102,7 +103,7 @@ class Placement:
     def generation(self) -> Generation:
         return self.view.generation()
 
-    def seen_pod(self, key: str) -> Obj | None:
+    def seen_pod(self, key: str) -> Pod | None:
         """The pod last seen in filter/prioritize under this UID (or "namespace/name"), for bind."""
         return self.evaluations.seen(key)
 
@@ -129,7 +130,7 @@ class Placement:
         self._source_stats = source_stats
 
     # ----------------------------------------------------------------- verbs
-    def filter(self, pod: Obj, node_names: list[str]) -> FilterVerdict:
+    def filter(self, pod: Pod, node_names: list[str]) -> FilterVerdict:
         evaluation = self.evaluate(pod, node_names)
         if evaluation.error:
             return FilterVerdict(error=evaluation.error)
@@ -149,7 +150,7 @@ class Placement:
                 verdict.unresolvable[name] = outcome.reason
         return verdict
 
-    def prioritize(self, pod: Obj, node_names: list[str]) -> list[HostScore]:
+    def prioritize(self, pod: Pod, node_names: list[str]) -> list[HostScore]:
         """0..10 per node from the topology score of its best device set; failed nodes get 0.
 
         Pods without pending claims (nothing to choose) score 0 everywhere, like upstream.
@@ -182,7 +183,7 @@ class Placement:
 
     def choose_for_bind(
         self,
-        pod: Obj,
+        pod: Pod,
         node: str,
         *,
         wording: binding.Wording,
@@ -192,9 +193,9 @@ class Placement:
         return binding.choose_for_bind(self, pod, node, wording=wording, admit_allocated=admit_allocated)
 
     # ----------------------------------------------------------------- evaluation
-    def evaluate(self, pod: Obj, node_names: list[str]) -> PodEvaluation:
+    def evaluate(self, pod: Pod, node_names: list[str]) -> PodEvaluation:
         """Evaluate the pod on the given nodes, re-using the cached evaluation where possible."""
-        uid = pod_key(pod)
+        uid = pod.key
         self.evaluations.remember(uid, pod)
         key = (uid, claims_key(pod), self.generation())
         evaluation = self.evaluations.get(key)
@@ -207,7 +208,7 @@ class Placement:
             self.view.freeze_new_caches()
         return evaluation
 
-    def new_evaluation(self, pod: Obj) -> PodEvaluation:
+    def new_evaluation(self, pod: Pod) -> PodEvaluation:
         """The pod's claims resolved and parsed, nothing decided yet."""
         return evaluation_of(pod, self.state, self.assumed)
 

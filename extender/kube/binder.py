@@ -66,6 +66,7 @@ from extender.core.placement import Placement
 from extender.errors import KubeAPIError
 from extender.kube import api
 from extender.objects import Obj
+from extender.pods import Pod, parse_pod
 from extender.verdicts import (
     ALLOCATED_ELSEWHERE,
     API_ERROR,
@@ -209,14 +210,13 @@ class KubeBinder:
     # ------------------------------------------------------------------ the bind
     async def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
         pod = await self._find_pod(namespace, name, uid)
-        pod_meta = pod.get("metadata") or {}
-        pod_uid = pod_meta.get("uid") or uid
-        bound_to = (pod.get("spec") or {}).get("nodeName")
+        pod_uid = pod.uid or uid
+        bound_to = pod.node_name
         if bound_to:
             if bound_to == node:
                 return  # an earlier bind succeeded but its answer was lost: idempotent
             raise BindFailure(f"pod {namespace}/{name} is already bound to node {bound_to}", CONFLICT)
-        consumer = {"resource": "pods", "name": pod_meta.get("name", name), "uid": pod_uid}
+        consumer = {"resource": "pods", "name": pod.name or name, "uid": pod_uid}
         worker = self._placement.worker
         deadline = self._placement.filter_timeout_seconds
         async with self._choose_lock:
@@ -253,7 +253,7 @@ class KubeBinder:
             ", ".join(w.ref for w in writes if w.allocation is None) or "no shared claims",
         )
 
-    def _choose(self, pod: Obj, node: str, consumer: dict[str, str]) -> tuple[list[_ClaimWrite], list[str]]:
+    def _choose(self, pod: Pod, node: str, consumer: dict[str, str]) -> tuple[list[_ClaimWrite], list[str]]:
         """Decide what to write and assume the chosen devices; runs under `_choose_lock`.
 
         Everything here is synchronous on purpose: no other bind can interleave between the
@@ -432,16 +432,17 @@ class KubeBinder:
         """One client call on this binder's pool (the transport seam tests replace)."""
         return await self._pool.call(fn, *args, _request_timeout=self._timeout, **kwargs)
 
-    async def _find_pod(self, namespace: str, name: str, uid: str) -> Obj:
+    async def _find_pod(self, namespace: str, name: str, uid: str) -> Pod:
         # Single-key dict reads (state, seen pods) are atomic, so these two may run on the loop.
-        pod = self._state.get("Pod", name, namespace)
-        if pod is not None and uid and (pod.get("metadata") or {}).get("uid") not in (None, "", uid):
+        found = self._state.get("Pod", name, namespace)
+        pod = None if found is None else parse_pod(found)
+        if pod is not None and uid and pod.uid not in ("", uid):
             pod = None
         if pod is None and uid:
             pod = self._placement.seen_pod(uid)
-            if pod is not None and _pod_ref(pod) != f"{namespace}/{name}":
+            if pod is not None and pod.ref != f"{namespace}/{name}":
                 raise BindFailure(
-                    f"pod UID {uid} was seen in filter as pod {_pod_ref(pod)}, but bind names pod "
+                    f"pod UID {uid} was seen in filter as pod {pod.ref}, but bind names pod "
                     f"{namespace}/{name}: refusing to bind a pod under another pod's identity",
                     POD_GONE,
                 )
@@ -453,11 +454,10 @@ class KubeBinder:
             if exc.status == 404:
                 raise BindFailure(f"pod {namespace}/{name} does not exist", POD_GONE) from None
             raise
-        pod = api.read_json(raw)
-        found_uid = (pod.get("metadata") or {}).get("uid")
-        if uid and found_uid != uid:
+        pod = parse_pod(api.read_json(raw))
+        if uid and pod.uid != uid:
             raise BindFailure(
-                f"pod {namespace}/{name} has UID {found_uid}, not {uid}: it was deleted and re-created",
+                f"pod {namespace}/{name} has UID {pod.uid or None}, not {uid}: it was deleted and re-created",
                 POD_GONE,
             )
         return pod
@@ -606,8 +606,3 @@ def _device_names(allocation: Obj) -> str:
 
 def _with_type(claim: Obj) -> Obj:
     return {**claim, "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim"}
-
-
-def _pod_ref(pod: Obj) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"

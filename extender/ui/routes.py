@@ -12,9 +12,9 @@ import yaml
 from aiohttp import web
 
 from extender import explaining
-from extender.claims import pod_ref
 from extender.core.placement import Placement
 from extender.objects import Obj
+from extender.pods import parse_pod
 from extender.server import WORKER_KEY
 from extender.ui import fleet
 from extender.ui.decisions import DecisionLog, recording_middleware
@@ -217,7 +217,7 @@ def _pod_to_explain(placement: Placement, text: str) -> Obj:
 
 def _terms(placement: Placement, pod: Obj, names: list[str]) -> dict[str, Obj]:
     """Score terms of the nodes prioritize just ranked (from the cached evaluation)."""
-    evaluation = placement.evaluate(pod, names)
+    evaluation = placement.evaluate(parse_pod(pod), names)  # equal pods: the cached evaluation
     out: dict[str, Obj] = {}
     for name in names:
         score = evaluation.scores.get(name)
@@ -229,3 +229,8 @@ def _terms(placement: Placement, pod: Obj, names: list[str]) -> dict[str, Obj]:
                 "packing": round(score.packing, 4),
             }
     return out
+
+
+def pod_ref(pod: Obj) -> str:
+    """namespace/name of a pod object (the dashboard lists and echoes them)."""
+    return parse_pod(pod).ref

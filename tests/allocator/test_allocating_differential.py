@@ -37,6 +37,7 @@ from extender.core.reasons import PASSED
 from extender.core.tiers import KernelTier, SearchTier
 from extender.errors import AllocationError
 from extender.objects import Obj
+from extender.pods import parse_pod
 
 EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "120"))
 DERANDOMIZE = os.environ.get("DIFFERENTIAL_RANDOM", "") != "1"
@@ -219,13 +220,13 @@ def test_fast_tiers_agree_with_the_search(case: tuple[list[Obj], Obj, list[str]]
     objects, pod, nodes = case
     placement = _placement(objects)
     search_node = SearchTier(placement.search).verdict
-    evaluation = placement.new_evaluation(pod)
+    evaluation = placement.new_evaluation(parse_pod(pod))
     assert not evaluation.problem, evaluation.problem
     index = placement.index()
     allocated, free = placement.allocated_state()
     try:
         tiers.run(
-            placement.new_evaluation(pod),
+            placement.new_evaluation(parse_pod(pod)),
             index,
             [],
             view=placement.view,
@@ -242,7 +243,7 @@ def test_fast_tiers_agree_with_the_search(case: tuple[list[Obj], Obj, list[str]]
     if requests is not None:
         positions = np.array([index.node_pos[n] for n in nodes], dtype=np.int64)
         result = feasibility.check(index, requests, free, positions)
-        empty = placement.new_evaluation(pod)
+        empty = placement.new_evaluation(parse_pod(pod))
         for i, node in enumerate(nodes):
             if result.needs_search[i]:
                 continue
@@ -250,12 +251,12 @@ def test_fast_tiers_agree_with_the_search(case: tuple[list[Obj], Obj, list[str]]
             fits_if_free = search_node(empty, index, node, AllocatedState(), deadline).status == PASSED
             assert bool(result.fits_if_free[i]) == fits_if_free, ("vectorised, all free", node)
 
-    kernel = placement.new_evaluation(pod)
+    kernel = placement.new_evaluation(parse_pod(pod))
     undecided = set(KernelTier(placement.ranker).settle(kernel, placement.view.snapshot(), list(nodes)))
     for node in nodes:
         if node not in undecided:
             assert (kernel.verdicts[node].status == PASSED) == truth[node], ("kernel", node)
 
-    verdict = _placement(objects).filter(pod, list(nodes))
+    verdict = _placement(objects).filter(parse_pod(pod), list(nodes))
     assert verdict.error == ""
     assert {n: n in verdict.passed for n in nodes} == truth, ("filter", verdict)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from extender.errors import AllocationError, CelCompileError, CelRuntimeError
+from extender.pods import parse_pod
 from tests.allocator.builders import claim, device, device_class, placement_and_pod, pool_slices, request, run
 
 DRIVER = "gpu.example.com"
@@ -35,7 +36,7 @@ def test_allocator_still_reports_a_missing_class_first_when_it_comes_first() -> 
 
 def _filter_reason(claims: list[dict]) -> str:
     placement, pod = placement_and_pod(SLICES, CLASSES, claims)
-    verdict = placement.filter(pod, ["node-1"])
+    verdict = placement.filter(parse_pod(pod), ["node-1"])
     assert verdict.passed == [] and verdict.error == ""
     return verdict.unresolvable["node-1"]
 

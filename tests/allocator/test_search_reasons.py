@@ -20,6 +20,7 @@ from extender.allocator.inputs import AllocatedState
 from extender.allocator.model import DeviceID, parse_slice
 from extender.allocator.pools import gather_pools
 from extender.core.tiers import FirstFitTier
+from extender.pods import parse_pod
 from extender.quantity import Quantity
 from tests.allocator.builders import (
     NODE,
@@ -65,7 +66,7 @@ def _filter_counting_searches(monkeypatch: Any, claims: list[dict], held: list[d
     # decides such nodes with no search at all) out of the way, so the search sees the node.
     placement, pod = placement_and_pod(_partitions(3), CLASSES, claims, held=held)
     placement.tiers = tuple(tier for tier in placement.tiers if not isinstance(tier, FirstFitTier))
-    return placement.filter(pod, ["node-1"]), calls
+    return placement.filter(parse_pod(pod), ["node-1"]), calls
 
 
 def test_counters_held_by_others_make_the_node_failed_after_one_search(monkeypatch: Any) -> None:

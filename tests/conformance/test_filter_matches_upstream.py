@@ -19,6 +19,7 @@ from extender.claims import ADMIN_ACCESS_LABEL
 from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
+from extender.pods import parse_pod
 from tests.conformance.test_upstream_allocator_cases import CASES, INTERRUPT_CAUSES, PREFIX_ONLY
 
 POD_UID = "00000000-0000-0000-0000-00000000cafe"
@@ -99,7 +100,7 @@ def test_filter_agrees_with_upstream(case: dict[str, Any]) -> None:
     state, pod = _state_and_pod(case)
     placement = Placement(state, features=Features.from_conformance(case["features"]), assumed=AssumeCache())
     node = case["node"]["metadata"]["name"]
-    verdict = placement.filter(pod, [node])
+    verdict = placement.filter(parse_pod(pod), [node])
     expected = case["expected"]
     assert verdict.error == ""
     if expected["status"] == "allocated":

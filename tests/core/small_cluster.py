@@ -13,6 +13,7 @@ from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.objects import Obj
+from extender.pods import Pod, parse_pod
 from tests.allocator import builders as b
 
 DRIVER = "gpu.example.com"
@@ -63,16 +64,20 @@ def held(name: str, node_name: str, devices: Sequence[str], *, pod_uid: str = "o
     return made
 
 
-def pod(claims: Sequence[Obj], *, name: str = "pod", uid: str = "pod-uid") -> Obj:
-    return {
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": uid},
-        "spec": {
-            "resourceClaims": [
-                {"name": f"c{i}", "resourceClaimName": c["metadata"]["name"]} for i, c in enumerate(claims)
-            ]
-        },
-    }
+def pod(claims: Sequence[Obj], *, name: str = "pod", uid: str = "pod-uid") -> Pod:
+    """A pod using `claims`, parsed as the edges parse it (the core takes records)."""
+    return parse_pod(
+        {
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": uid},
+            "spec": {
+                "resourceClaims": [
+                    {"name": f"c{i}", "resourceClaimName": c["metadata"]["name"]}
+                    for i, c in enumerate(claims)
+                ]
+            },
+        }
+    )
 
 
 def placement(objects: Sequence[Obj], *, assumed: AssumeCache | None = None, **options: Any) -> Placement:

@@ -16,6 +16,7 @@ from extender.core.gang import (
     node_cliques,
     placed_members,
 )
+from extender.pods import parse_pod
 
 
 def _pod(
@@ -43,13 +44,13 @@ def _pod(
     ],
 )  # fmt: skip
 def test_gang_key_from_each_source(pod: dict[str, Any], key: str) -> None:
-    gang = gang_of(pod)
+    gang = gang_of(parse_pod(pod))
     assert gang is not None and gang.key == key
 
 
 def test_scheduling_group_wins_over_labels() -> None:
     pod = _pod(schedulingGroup={"podGroupName": "pg"}, labels={"volcano.sh/job-name": "vj"})
-    assert gang_of(pod) == Gang("ml/podgroup:pg", None)
+    assert gang_of(parse_pod(pod)) == Gang("ml/podgroup:pg", None)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ def test_scheduling_group_wins_over_labels() -> None:
     ],
 )
 def test_no_gang(pod: dict[str, Any]) -> None:
-    assert gang_of(pod) is None
+    assert gang_of(parse_pod(pod)) is None
 
 
 @pytest.mark.parametrize(
@@ -78,13 +79,15 @@ def test_no_gang(pod: dict[str, Any]) -> None:
     ],
 )
 def test_gang_size_from_annotations(annotations: dict[str, str], size: int | None) -> None:
-    gang = gang_of(_pod(labels={"volcano.sh/job-name": "vj"}, annotations=annotations))
+    gang = gang_of(parse_pod(_pod(labels={"volcano.sh/job-name": "vj"}, annotations=annotations)))
     assert gang is not None and gang.size == size
 
 
 def test_size_annotation_is_configurable() -> None:
     pod = _pod(labels={"volcano.sh/job-name": "vj"}, annotations={"example.com/members": "6"})
-    assert gang_of(pod, GangSettings(size_annotation="example.com/members")) == Gang("ml/volcano:vj", 6)
+    assert gang_of(parse_pod(pod), GangSettings(size_annotation="example.com/members")) == Gang(
+        "ml/volcano:vj", 6
+    )
 
 
 class _Device:
@@ -124,4 +127,5 @@ def test_placed_members_counts_bound_and_assumed_members_of_the_same_gang_only()
 
     gang = Gang("ml/volcano:vj", 4)
     pods = [member("a", "n1"), member("b", None), member("c", "n2", job="other"), member("self", "n3")]
-    assert placed_members(gang, pods, assumed={"d": "n4"}, exclude_uid="self") == {"a": "n1", "d": "n4"}
+    records = [parse_pod(p) for p in pods]
+    assert placed_members(gang, records, assumed={"d": "n4"}, exclude_uid="self") == {"a": "n1", "d": "n4"}

@@ -12,15 +12,16 @@ import pytest
 
 from extender.core import scoring
 from extender.index.topology import TopologySettings
+from extender.pods import parse_pod
 from tests.index import topology_builders as b
 
 
 def _scores(objects: list[dict], pod: dict, nodes: list[str], topology: TopologySettings | None = None):
     placement = b.placement(objects, topology)
-    verdict = placement.filter(pod, nodes)
+    verdict = placement.filter(parse_pod(pod), nodes)
     assert verdict.passed == nodes, verdict
-    ranked = {h.host: h.score for h in placement.prioritize(pod, nodes)}
-    evaluation = placement.evaluate(pod, nodes)
+    ranked = {h.host: h.score for h in placement.prioritize(parse_pod(pod), nodes)}
+    evaluation = placement.evaluate(parse_pod(pod), nodes)
     return placement, evaluation, ranked
 
 

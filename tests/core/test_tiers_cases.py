@@ -16,6 +16,7 @@ from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
 from extender.core.tiers import SearchTier
+from extender.pods import parse_pod
 from tests.core.test_tiers_property import DRIVER, RecordingPlacement, device
 
 CLASS = {
@@ -86,12 +87,12 @@ def decide(objects: list[dict[str, Any]]) -> tuple[RecordingPlacement, dict[str,
     placement = RecordingPlacement(state, features=Features.from_gates(), assumed=AssumeCache())
     placement.decided_by_first_fit = set()
     nodes = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"]
-    placement.filter(POD, nodes)
-    return placement, placement.evaluate(POD, nodes).verdicts
+    placement.filter(parse_pod(POD), nodes)
+    return placement, placement.evaluate(parse_pod(POD), nodes).verdicts
 
 
 def search_verdict(placement: RecordingPlacement, name: str) -> NodeVerdict:
-    evaluation = placement.evaluate(POD, [name])
+    evaluation = placement.evaluate(parse_pod(POD), [name])
     allocated, _ = placement.allocated_state()
     return SearchTier(placement.search).verdict(evaluation, placement.index(), name, allocated, float("inf"))
 
@@ -132,7 +133,7 @@ def test_first_available_falls_back_to_partitions_when_the_full_gpu_is_taken() -
     )
     placement, verdicts = decide(objects)
     assert verdicts["n"].status == PASSED and "n" in placement.decided_by_first_fit
-    evaluation = placement.evaluate(POD, ["n"])
+    evaluation = placement.evaluate(parse_pod(POD), ["n"])
     chosen, _ = evaluation.first_fit_sets.gather(["n"])
     index = placement.index()
     assert [index.row_device[r].name for r in chosen[0] if r >= 0] == ["gpu-0-p1", "gpu-0-p2"]

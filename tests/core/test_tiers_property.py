@@ -30,6 +30,7 @@ from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
 from extender.core.searching import Classes
 from extender.core.tiers import FirstFitTier, SearchTier
 from extender.errors import AllocationError
+from extender.pods import parse_pod
 
 DRIVER = "gpu.example.com"
 POD_UID = "pod-uid"
@@ -203,9 +204,9 @@ def check_one(seed: int) -> int:
     search_node = SearchTier(placement.search).verdict
     placement.decided_by_first_fit = set()
     nodes = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"]
-    verdict = placement.filter(pod, nodes)
+    verdict = placement.filter(parse_pod(pod), nodes)
     assert verdict.error == ""
-    evaluation = placement.evaluate(pod, nodes)
+    evaluation = placement.evaluate(parse_pod(pod), nodes)
     index = placement.index()
     allocated, _ = placement.allocated_state()
     if evaluation.problem:

@@ -31,6 +31,7 @@ from extender.core.placement import Placement
 from extender.errors import StateLoadError
 from extender.explaining import load_pods
 from extender.objects import Obj
+from extender.pods import parse_pod
 from extender.validation import InvalidObject, problems, validate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -139,10 +140,10 @@ WRONG_TYPED_ALLOCATIONS = {k: v for k, v in MALFORMED_ALLOCATIONS.items() if k !
 def test_malformed_allocation_in_the_state_fails_only_its_pods(allocation):
     """Defence in depth: a bad claim that got into the state (no loader) leaves other pods alone."""
     placement = _placement([*_sample(), _claim("broken", allocation=allocation), _pod_using("broken")])
-    good = placement.filter(TPU_POD, [*TPU_NODES, "cpu-node-01"])
+    good = placement.filter(parse_pod(TPU_POD), [*TPU_NODES, "cpu-node-01"])
     assert not good.error
     assert sorted(good.passed) == sorted(TPU_NODES)
-    bad = placement.filter(_pod_using("broken"), TPU_NODES)
+    bad = placement.filter(parse_pod(_pod_using("broken")), TPU_NODES)
     assert not bad.error and not bad.passed
     assert set(bad.unresolvable) == set(TPU_NODES)
     assert all("invalid ResourceClaim: ResourceClaim default/broken: status.allocation" in r
@@ -154,7 +155,7 @@ def test_refused_claim_gives_its_pods_the_reason():
     state = ClusterState.from_objects(_sample())
     state.reject("ResourceClaim", ("default", "broken"), "ResourceClaim default/broken: spec: required")
     placement = Placement(state, features=FEATURES, assumed=AssumeCache())
-    verdict = placement.filter(_pod_using("broken"), TPU_NODES)
+    verdict = placement.filter(parse_pod(_pod_using("broken")), TPU_NODES)
     assert set(verdict.unresolvable) == set(TPU_NODES)
     assert (
         "invalid ResourceClaim: ResourceClaim default/broken: spec: required"
@@ -162,7 +163,7 @@ def test_refused_claim_gives_its_pods_the_reason():
     )
     state.upsert(_claim("broken"))  # fixed: the rejection goes away
     assert state.rejection("ResourceClaim", "broken", "default") is None
-    assert placement.filter(_pod_using("broken"), TPU_NODES).passed
+    assert placement.filter(parse_pod(_pod_using("broken")), TPU_NODES).passed
 
 
 # ---------------------------------------------------------------- finding 3: count < 1
@@ -178,7 +179,7 @@ def test_count_below_one_or_not_an_integer_is_refused(tmp_path, count):
 def test_count_below_one_in_the_state_never_passes_a_node(count):
     """A node without any device must not pass a claim for 0 or -1 devices (defence in depth)."""
     placement = _placement([*_sample(), _claim("zero", count=count), _pod_using("zero")])
-    verdict = placement.filter(_pod_using("zero"), ["cpu-node-01", *TPU_NODES])
+    verdict = placement.filter(parse_pod(_pod_using("zero")), ["cpu-node-01", *TPU_NODES])
     assert verdict.passed == []
     assert "exactly.count: must be at least 1" in verdict.unresolvable["cpu-node-01"]
 
@@ -300,7 +301,7 @@ def test_explain_on_a_malformed_pod_exits_2(tmp_path, capsys, patch, needle):
 
 def test_malformed_pod_in_filter_is_unschedulable_not_an_error():
     pod = {**copy.deepcopy(TPU_POD), "spec": {"resourceClaims": "gpu"}}
-    verdict = _placement(_sample()).filter(pod, TPU_NODES)
+    verdict = _placement(_sample()).filter(parse_pod(pod), TPU_NODES)
     assert not verdict.error and not verdict.passed
     assert "spec.resourceClaims: must be a list" in verdict.unresolvable[TPU_NODES[0]]
 
@@ -405,7 +406,7 @@ def test_allocator_reason_names_the_invalid_pool_and_device():
         for p in PODS.values()
         if node in p["metadata"]["annotations"]["test.dra-extender.io/expected-nodes"]
     )
-    verdict = _placement(objects).filter(pod, [node])
+    verdict = _placement(objects).filter(parse_pod(pod), [node])
     reason = verdict.failed.get(node) or verdict.unresolvable.get(node) or verdict.error
     pool = f"{first['spec']['driver']}/{first['spec']['pool']['name']}"
     device = first["spec"]["devices"][0]["name"]

@@ -23,6 +23,7 @@ from extender.cluster.sample import sample_objects
 from extender.explaining import load_pods
 from extender.kube import watch as kube
 from extender.objects import Obj
+from extender.pods import parse_pod
 from extender.server import make_app
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer
@@ -116,9 +117,9 @@ async def test_invalid_listed_objects_are_skipped_and_counted(started):
 async def test_the_rest_of_the_cluster_keeps_working(started):
     """Finding 1 in kube mode: other pods filter normally; the claim's own pod gets the reason."""
     placement, _, _, _ = started
-    good = placement.filter(TPU_POD, [TPU_NODE, "cpu-node-01"])
+    good = placement.filter(parse_pod(TPU_POD), [TPU_NODE, "cpu-node-01"])
     assert not good.error and good.passed == [TPU_NODE]
-    bad = placement.filter(_pod_using("broken"), [TPU_NODE])
+    bad = placement.filter(parse_pod(_pod_using("broken")), [TPU_NODE])
     assert not bad.error and not bad.passed
     reason = bad.unresolvable[TPU_NODE]
     assert reason.startswith(
@@ -163,7 +164,7 @@ async def test_refusal_is_logged_once_not_on_every_relist(started, caplog):
 async def test_modified_to_invalid_drops_the_old_version_and_back(started):
     placement, _, source, api = started
     state = placement.state
-    assert placement.filter(TPU_POD, [TPU_NODE]).passed == [TPU_NODE]
+    assert placement.filter(parse_pod(TPU_POD), [TPU_NODE]).passed == [TPU_NODE]
     tpu_slice = next(s for s in state.list("ResourceSlice") if s["spec"].get("nodeName") == TPU_NODE)
     name = tpu_slice["metadata"]["name"]
     broken = copy.deepcopy(api.get_object("ResourceSlice", name))
@@ -171,13 +172,13 @@ async def test_modified_to_invalid_drops_the_old_version_and_back(started):
     api.put_object(broken)
     await wait_for(lambda: state.get("ResourceSlice", name) is None)
     assert "spec.devices[0].attributes: must be an object" in state.rejection("ResourceSlice", name)
-    assert placement.filter(TPU_POD, [TPU_NODE]).passed == []  # its devices are gone, not stale
+    assert placement.filter(parse_pod(TPU_POD), [TPU_NODE]).passed == []  # its devices are gone, not stale
     fixed = copy.deepcopy(broken)
     fixed["spec"]["devices"][0]["attributes"] = tpu_slice["spec"]["devices"][0].get("attributes") or {}
     api.put_object(fixed)
     await wait_for(lambda: state.get("ResourceSlice", name) is not None)
     assert state.rejection("ResourceSlice", name) is None
-    assert placement.filter(TPU_POD, [TPU_NODE]).passed == [TPU_NODE]
+    assert placement.filter(parse_pod(TPU_POD), [TPU_NODE]).passed == [TPU_NODE]
     assert source.stats()["rejected_objects"]["ResourceSlice"] == 1  # only bad-slice is left
 
 
@@ -185,7 +186,7 @@ async def test_deleting_a_refused_object_forgets_it(started):
     placement, _, source, api = started
     api.delete_object("ResourceClaim", "broken", "default")
     await wait_for(lambda: placement.state.rejection("ResourceClaim", "broken", "default") is None)
-    verdict = placement.filter(_pod_using("broken"), [TPU_NODE])
+    verdict = placement.filter(parse_pod(_pod_using("broken")), [TPU_NODE])
     assert 'resourceclaim "default/broken" not found' in verdict.unresolvable[TPU_NODE]
     assert source.stats()["rejected_objects"]["ResourceClaim"] == 0
 
@@ -195,6 +196,6 @@ async def test_count_zero_claim_by_watch_fails_only_its_pod(started):
     placement, _, _, api = started
     api.put_object(_claim("zero", count=0))
     await wait_for(lambda: placement.state.rejection("ResourceClaim", "zero", "default") is not None)
-    verdict = placement.filter(_pod_using("zero"), ["cpu-node-01"])
+    verdict = placement.filter(parse_pod(_pod_using("zero")), ["cpu-node-01"])
     assert verdict.passed == []
     assert "exactly.count: must be at least 1, got 0" in verdict.unresolvable["cpu-node-01"]

@@ -18,6 +18,7 @@ from extender.cluster.state import ClusterState
 from extender.core import scoring
 from extender.explaining import explain
 from extender.index.topology import NO_COORD, UNFITTABLE_SHARE, TopologySettings
+from extender.pods import parse_pod
 from extender.settings import load_settings
 from tests.index import topology_builders as b
 
@@ -33,10 +34,10 @@ ONLY_HEADROOM = TopologySettings(
 
 def _ranked(objects: list[dict], pod: dict, nodes: list[str], topology: TopologySettings | None = None):
     placement = b.placement([*b.mig_classes(), *objects], topology)
-    verdict = placement.filter(pod, nodes)
+    verdict = placement.filter(parse_pod(pod), nodes)
     assert verdict.passed == nodes, verdict
-    ranked = {h.host: h.score for h in placement.prioritize(pod, nodes)}
-    return placement, placement.evaluate(pod, nodes), ranked
+    ranked = {h.host: h.score for h in placement.prioritize(parse_pod(pod), nodes)}
+    return placement, placement.evaluate(parse_pod(pod), nodes), ranked
 
 
 def _row(placement, node: str, device: str) -> int:
@@ -224,7 +225,7 @@ def test_a_counter_of_value_zero_makes_its_consumers_unfittable() -> None:
     assert UNFITTABLE_SHARE in groups.row_cost[row].tolist()
     pod = b.pod("p", ["one"])
     placement.state.upsert(b.mig_claim("one", "1g"))
-    assert placement.filter(pod, ["n"]).passed == []
+    assert placement.filter(parse_pod(pod), ["n"]).passed == []
 
 
 def test_explain_prints_the_partition_terms_only_for_partitions() -> None:
@@ -253,8 +254,8 @@ def test_a_choice_upstream_rejects_leaves_first_fit(monkeypatch: pytest.MonkeyPa
     wrong = _row(placement, "n", b.mig_name(0, "1g", 0))
     monkeypatch.setattr(scoring, "partition_choices", lambda *args: np.array([wrong]))
     pod = b.pod("p", ["one"])
-    assert placement.filter(pod, ["n"]).passed == ["n"]
-    evaluation = placement.evaluate(pod, ["n"])
+    assert placement.filter(parse_pod(pod), ["n"]).passed == ["n"]
+    evaluation = placement.evaluate(parse_pod(pod), ["n"])
     score = placement.scores(evaluation, ["n"]).get("n")
     assert score.method == scoring.PARTITION  # scored as chosen; upstream's search checks it at bind
     written = placement.choose_allocations(evaluation, "n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from extender.pods import parse_pod
 from extender.verdicts import NODE_GONE, OK, POD_GONE, TIMEOUT
 from tests.fakeapi.server import FakeApiServer
 from tests.kube.cluster import NAMESPACE, Harness, writes
@@ -27,7 +28,7 @@ async def test_a_uid_seen_in_filter_under_another_name_is_refused_naming_both(fa
     seed(fake_api, gpus={"n1": 1}, claims={}, pods={})
     async with Harness(fake_api) as h:
         seen = {"metadata": {"name": "web-a", "namespace": NAMESPACE, "uid": "uid-shared"}, "spec": {}}
-        verdict = await h.placement.worker.run(h.placement.filter, seen, ["n1"])
+        verdict = await h.placement.worker.run(h.placement.filter, parse_pod(seen), ["n1"])
         assert verdict.passed == ["n1"]
         outcome = await h.binder.bind(namespace="other", name="web-b", uid="uid-shared", node="n1")
         error, reason = outcome.error, outcome.reason

@@ -63,6 +63,7 @@ from extender.core.placement import Placement
 from extender.kube import api as kube_api
 from extender.kube.binder import KubeBinder
 from extender.objects import Obj
+from extender.pods import parse_pod
 from extender.verdicts import OK
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.fakeapi.store import BY_KIND, ApiError, Store
@@ -444,7 +445,7 @@ async def run_in_memory(scenario: Scenario, seed: int) -> None:
         elif op.kind == "filter":
             seen = state.get("Pod", f"p{op.target}", NAMESPACE)
             if seen is not None:
-                placement.filter(seen, nodes)
+                placement.filter(parse_pod(seen), nodes)
         elif op.kind in ("foreign", "release"):
             external = allocate_elsewhere if op.kind == "foreign" else release_foreign
             updated = external(get("ResourceClaim", f"c{op.target}"), op.target)
@@ -556,7 +557,7 @@ async def run_over_http(scenario: Scenario, seed: int) -> None:
                 elif op.kind == "filter":
                     seen = h.state.get("Pod", f"p{op.target}", NAMESPACE)
                     if seen is not None:
-                        h.placement.filter(seen, nodes)
+                        h.placement.filter(parse_pod(seen), nodes)
                 check_assumed(h.placement, api.list_objects("ResourceClaim"))
 
             await asyncio.gather(*(operate(op, rng.random() * 0.02) for op in scenario.ops))

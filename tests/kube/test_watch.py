@@ -23,6 +23,7 @@ from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.explaining import load_pods
 from extender.kube import watch as kube
+from extender.pods import parse_pod
 from extender.server import make_app
 from extender.settings import Settings
 from tests.fakeapi.server import FakeApiServer, RequestInfo
@@ -171,7 +172,7 @@ async def test_live_updates_reach_filter(services, seeded, aiohttp_client):
 async def test_claim_allocated_elsewhere_takes_the_devices(services, seeded):
     """A claim allocated (by someone else) to all TPUs makes the TPU node fail for the pending pod."""
     placement, _ = await _started(services)
-    assert placement.filter(TPU_POD, [TPU_NODE]).passed == [TPU_NODE]
+    assert placement.filter(parse_pod(TPU_POD), [TPU_NODE]).passed == [TPU_NODE]
     tpu_slice = seeded.get_object("ResourceSlice", TPU_SLICE)
     results = [
         {"request": "tpus", "driver": tpu_slice["spec"]["driver"], "pool": tpu_slice["spec"]["pool"]["name"],
@@ -189,7 +190,7 @@ async def test_claim_allocated_elsewhere_takes_the_devices(services, seeded):
     }
     seeded.put_object(hog)
     await wait_for(lambda: placement.state.get("ResourceClaim", "tpu-hog", "default") is not None)
-    assert placement.filter(TPU_POD, [TPU_NODE]).passed == []
+    assert placement.filter(parse_pod(TPU_POD), [TPU_NODE]).passed == []
 
 
 async def test_pods_without_claims_are_ignored(services, seeded):

@@ -18,6 +18,7 @@ import orjson
 from extender.cluster.loading import load_state_paths
 from extender.cluster.state import ClusterState
 from extender.core.placement import Placement
+from extender.pods import parse_pod
 from extender.settings import Settings
 from extender.wiring import build_services
 from loadtests.fleet import FLEET, MIXED_SHAPES, NODE_TYPE_LABEL, fleet_counts, generate_mixed_cluster
@@ -39,7 +40,7 @@ def test_small_cluster_loads_and_pods_pass_filter() -> None:
     assert len(pods) == 5
     passing = 0
     for pod in pods:
-        verdict = placement.filter(pod, names)
+        verdict = placement.filter(parse_pod(pod), names)
         assert not verdict.error
         assert sorted([*verdict.passed, *verdict.failed, *verdict.unresolvable]) == names
         # Failures must be per-node device shortages, never pod-level claim problems.
@@ -55,12 +56,12 @@ def test_empty_cluster_fits_every_shape_everywhere_and_full_cluster_none() -> No
     _, placement = _services(objects)
     names = ["gpu-node-00001", "gpu-node-00002"]
     for pod in pods:
-        assert placement.filter(pod, names).passed == names
+        assert placement.filter(parse_pod(pod), names).passed == names
 
     objects, pods = generate_cluster(nodes=2, seed=3, pods=12, allocated_fraction=1.0)
     _, placement = _services(objects)
     for pod in pods:
-        verdict = placement.filter(pod, names)
+        verdict = placement.filter(parse_pod(pod), names)
         assert verdict.passed == []
         assert set(verdict.failed) == set(names)  # devices exist but are in use
 
@@ -162,7 +163,7 @@ def test_every_mixed_shape_loads_and_fits_exactly_its_node_types(tmp_path: Path)
         firsts.setdefault(pod["metadata"]["labels"][SHAPE_LABEL], pod)
     assert set(firsts) == set(MIXED_SHAPES)
     for shape, pod in firsts.items():
-        verdict = placement.filter(pod, names)
+        verdict = placement.filter(parse_pod(pod), names)
         assert not verdict.error, (shape, verdict.error)
         assert {types[n] for n in verdict.passed} == _FITS[shape], shape
         assert {n for n in names if types[n] in _FITS[shape]} == set(verdict.passed), shape
@@ -318,6 +319,6 @@ def test_the_extender_sees_held_mig_partitions_through_the_counters() -> None:
     names = list(types)
     for pod in pods:
         node, fits = expected[pod["metadata"]["name"]]
-        verdict = placement.filter(pod, names)
+        verdict = placement.filter(parse_pod(pod), names)
         assert not verdict.error
         assert verdict.passed == ([node] if fits else []), pod["metadata"]["name"]

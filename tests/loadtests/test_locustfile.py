@@ -24,6 +24,7 @@ import pytest
 from extender import wire
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
+from extender.pods import parse_pod
 from extender.settings import Settings
 from extender.wiring import build_services
 from loadtests import scenarios
@@ -99,8 +100,8 @@ def test_fresh_copies_ask_for_the_same_devices_as_the_sample_pods() -> None:
         assert "resourceClaimStatuses" not in fresh["status"]
         assert "resourceClaimTemplateName" in raw["spec"]["resourceClaims"][0]  # original untouched
         expected = set(raw["metadata"]["annotations"][EXPECTED_NODES].split(","))
-        assert set(placement.filter(raw, names).passed) == expected
-        assert set(placement.filter(fresh, names).passed) == expected
+        assert set(placement.filter(parse_pod(raw), names).passed) == expected
+        assert set(placement.filter(parse_pod(fresh), names).passed) == expected
 
 
 def test_generated_scenario_files_load(tmp_path: Path) -> None:
@@ -123,7 +124,7 @@ def test_generated_scenario_files_load(tmp_path: Path) -> None:
     bodies = scenarios.Bodies(nodes, node_cache_capable=False)
     pod = scenarios.PodEntry(loaded[0], "").instance("fresh", random.Random(3), 1)
     decoded, names, items = wire.decode_extender_args(bodies.filter(pod))
-    verdict = placement.filter(decoded, names)
+    verdict = placement.filter(parse_pod(decoded), names)
     assert not verdict.error and verdict.passed  # real device work, not a pod-level rejection
     assert items is not None and len(items) == 3
 

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.explaining import load_pods
+from extender.pods import parse_pod
 from extender.server import make_app
 from extender.settings import Settings
 from extender.wiring import build_services
@@ -80,13 +81,13 @@ def test_an_assumed_member_steers_the_next_before_the_state_shows_it() -> None:
     placement, _ = build_services(Settings(), state)
     first, second = copy.deepcopy(GANG[0]), copy.deepcopy(GANG[1])
     nodes = list(placement.index().node_names)
-    placement.filter(first, nodes)  # seen in filter, as kube-scheduler's call would make it
-    passed = placement.filter(second, nodes).passed
-    scores = {s.host: s.score for s in placement.prioritize(second, passed)}
+    placement.filter(parse_pod(first), nodes)  # seen in filter, as kube-scheduler's call would make it
+    passed = placement.filter(parse_pod(second), nodes).passed
+    scores = {s.host: s.score for s in placement.prioritize(parse_pod(second), passed)}
     assert all(scores[b] > scores[a] for a in RACK_A[1:] for b in RACK_B)  # nothing placed: rack b fits 4
     # The first member was bound to rack a by the kube binder; the watch has not shown it yet.
     placement.assumed.assume_pod(first["metadata"]["uid"], "gb200-rack-a-02")
-    scores = {s.host: s.score for s in placement.prioritize(second, passed)}
+    scores = {s.host: s.score for s in placement.prioritize(parse_pod(second), passed)}
     assert all(scores[a] > scores[b] for a in RACK_A[1:] for b in RACK_B)  # now: follow the member
 
 
@@ -97,5 +98,5 @@ def test_pods_outside_gangs_score_as_before(weight: float) -> None:
     loner = copy.deepcopy(GANG[0])
     del loner["metadata"]["labels"]
     nodes = list(placement.index().node_names)
-    passed = placement.filter(loner, nodes).passed
-    assert {s.score for s in placement.prioritize(loner, passed)} == {10}  # identical trays tie
+    passed = placement.filter(parse_pod(loner), nodes).passed
+    assert {s.score for s in placement.prioritize(parse_pod(loner), passed)} == {10}  # identical trays tie

@@ -22,6 +22,7 @@ from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.explaining import explain, load_pods
+from extender.pods import parse_pod
 
 PODS_FILE = Path(__file__).resolve().parents[1] / "data" / "pipeline_pods.yaml"
 EXPECTED = "test.dra-extender.io/expected-nodes"
@@ -43,7 +44,7 @@ def test_pipeline_pod_fits_expected_nodes(pod: dict[str, Any]) -> None:
     """Filter passes exactly the nodes the sample documents for this pod."""
     state, placement, _ = _services()
     nodes = [n["metadata"]["name"] for n in state.list("Node")]
-    verdict = placement.filter(pod, nodes)
+    verdict = placement.filter(parse_pod(pod), nodes)
     expected = set(pod["metadata"]["annotations"][EXPECTED].split(","))
     assert verdict.error == ""
     assert set(verdict.passed) == expected
@@ -56,14 +57,14 @@ def test_mig_pod_needs_partitionable_devices() -> None:
     """With DRAPartitionableDevices off, MIG slices (counter consumers) are unusable everywhere."""
     state, placement, _ = _services(Features.from_gates({"DRAPartitionableDevices": False}))
     nodes = [n["metadata"]["name"] for n in state.list("Node")]
-    verdict = placement.filter(_pod("mig-notebook"), nodes)
+    verdict = placement.filter(parse_pod(_pod("mig-notebook")), nodes)
     assert verdict.passed == []
 
 
 def test_cpu_node_rejects_with_reason_naming_claim_and_request() -> None:
     """A node without the devices is unresolvable and the reason names claim, request and class."""
     _, placement, _ = _services()
-    verdict = placement.filter(_pod("fpga-serving"), ["cpu-node-01"])
+    verdict = placement.filter(parse_pod(_pod("fpga-serving")), ["cpu-node-01"])
     reason = verdict.unresolvable["cpu-node-01"]
     assert "request" in reason and "fpga" in reason and "do not exist on the node" in reason
 
@@ -94,7 +95,7 @@ async def test_bind_records_allocation_and_blocks_the_devices() -> None:
     state, placement, binder = _services()
     pod = _pod("gpu-training")
     meta = pod["metadata"]
-    assert placement.filter(pod, ["h100-node-01"]).passed == ["h100-node-01"]
+    assert placement.filter(parse_pod(pod), ["h100-node-01"]).passed == ["h100-node-01"]
     assert await _bind(binder, pod, "h100-node-01") == ""
     claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     claim = state.get("ResourceClaim", claim_name, meta["namespace"])
@@ -108,10 +109,10 @@ async def test_bind_records_allocation_and_blocks_the_devices() -> None:
 
     # A second replica takes the other NUMA half of node-01; a third no longer fits there.
     second = _replica(state, "gpu-training", 2)
-    assert placement.filter(second, ["h100-node-01"]).passed == ["h100-node-01"]
+    assert placement.filter(parse_pod(second), ["h100-node-01"]).passed == ["h100-node-01"]
     assert await _bind(binder, second, "h100-node-01") == ""
     third = _replica(state, "gpu-training", 3)
-    verdict = placement.filter(third, ["h100-node-01", "h100-node-02"])
+    verdict = placement.filter(parse_pod(third), ["h100-node-01", "h100-node-02"])
     assert verdict.passed == ["h100-node-02"]
     assert "in use" in verdict.failed["h100-node-01"]  # preemption could free them
     assert "cannot be bound" in await _bind(binder, third, "h100-node-01")
@@ -122,7 +123,7 @@ async def test_bind_is_idempotent_and_rejects_other_node() -> None:
     _, placement, binder = _services()
     pod = _pod("fpga-serving")
     meta = pod["metadata"]
-    placement.filter(pod, ["fpga-node-01"])
+    placement.filter(parse_pod(pod), ["fpga-node-01"])
     kwargs = {"namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"]}
     assert (await binder.bind(**kwargs, node="fpga-node-01")).error == ""
     assert (await binder.bind(**kwargs, node="fpga-node-01")).error == ""
@@ -136,7 +137,7 @@ async def test_concurrent_binds_never_share_the_last_device() -> None:
     state, placement, binder = _services()
     pods = [_replica(state, "fpga-serving", n) for n in range(3)]
     for pod in pods:
-        assert placement.filter(pod, ["fpga-node-01"]).passed == ["fpga-node-01"]
+        assert placement.filter(parse_pod(pod), ["fpga-node-01"]).passed == ["fpga-node-01"]
     results = await asyncio.gather(*(_bind(binder, pod, "fpga-node-01") for pod in pods))
     assert sorted(r == "" for r in results) == [False, True, True]
     taken = [
@@ -170,8 +171,8 @@ def test_prioritize_ranks_by_chosen_subrequest() -> None:
     )
     nodes = ["h100-node-01", "l40s-node-01", "mi300x-node-01", "gaudi2-node-01", "cpu-node-01"]
     pod = _pod("flexible-accelerator")
-    scores = {s.host: s.score for s in placement.prioritize(pod, nodes)}
-    preference = {n: s.preference for n, s in placement.evaluate(pod, nodes).scores.items()}
+    scores = {s.host: s.score for s in placement.prioritize(parse_pod(pod), nodes)}
+    preference = {n: s.preference for n, s in placement.evaluate(parse_pod(pod), nodes).scores.items()}
     # raw 8 (H100), 7 (L40S), 6 (MI300X), 5 (Gaudi2) of at most 8; the failing CPU node gets 0
     assert preference == {
         "h100-node-01": 1.0,
@@ -194,7 +195,7 @@ def test_prioritize_ranks_gpu_nic_pairs_by_topology() -> None:
     _, placement, _ = _services()
     nodes = ["h100-node-01", "h100-node-02"]
     pod = _pod("gpu-training")
-    scores = {s.host: s.score for s in placement.prioritize(pod, nodes)}
+    scores = {s.host: s.score for s in placement.prioritize(parse_pod(pod), nodes)}
     assert set(scores) == set(nodes) and max(scores.values()) == 10
-    for _, score in placement.evaluate(pod, nodes).scores.items():
+    for _, score in placement.evaluate(parse_pod(pod), nodes).scores.items():
         assert 0.0 <= score.locality <= 1.0 and 0.0 <= score.fragmentation <= 1.0

@@ -38,6 +38,7 @@ from extender.core.placement import Placement
 from extender.errors import StateLoadError
 from extender.kube import watch as kube
 from extender.objects import Obj
+from extender.pods import parse_pod
 from extender.server import make_app
 from extender.settings import Settings
 from extender.validation import InvalidObject, problems, validate
@@ -239,7 +240,7 @@ def mutated_clusters(draw: st.DrawFn, kinds: tuple[str, ...] = ()) -> tuple[list
 def test_the_base_cluster_is_valid_and_good_pod_fits_node_1():
     objects = _cluster()
     assert [(o["kind"], problems(o)) for o in objects if problems(o)] == []
-    verdict = _placement(objects).filter(_good_pod(), NODES)
+    verdict = _placement(objects).filter(parse_pod(_good_pod()), NODES)
     assert verdict.passed == ["node-1"] and not verdict.error
 
 

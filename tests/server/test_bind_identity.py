@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.core.evaluation import PODS_SEEN_SIZE
+from extender.pods import parse_pod
 from extender.server import make_app
 from extender.settings import Settings
 from extender.wiring import build_services
@@ -92,7 +93,7 @@ async def test_a_pod_filtered_before_many_others_still_binds(client, services):
     assert (await _filter(client, first))["Error"] == ""
     placement = services[0]
     for i in range(300):  # direct calls: the same memory, without 300 HTTP round trips
-        placement.filter(plain_pod(f"other-{i}", f"uid-other-{i}"), ["cpu-node-01"])
+        placement.filter(parse_pod(plain_pod(f"other-{i}", f"uid-other-{i}")), ["cpu-node-01"])
     assert await _bind(client, "early", NS, "uid-early", "cpu-node-01") == ""
     assert _node_of(services, "early") == "cpu-node-01"
     assert PODS_SEEN_SIZE >= 4096

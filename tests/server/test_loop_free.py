@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
+from extender.pods import parse_pod
 from extender.server import make_app
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScore
@@ -135,7 +136,7 @@ async def test_overrunning_evaluation_of_the_real_placement_leaves_a_correct_cac
     the one an unhurried placement gives (nothing half-written)."""
     placement, binder = build_services(Settings(), ClusterState.from_objects(copy.deepcopy(sample_objects())))
     reference, _ = build_services(Settings(), ClusterState.from_objects(copy.deepcopy(sample_objects())))
-    expected = reference.filter(SAMPLE_POD, SAMPLE_NODES)
+    expected = reference.filter(parse_pod(SAMPLE_POD), SAMPLE_NODES)
     assert expected.passed == ["h100-node-01"]  # the sample's truth, so the comparison means something
 
     original = placement.new_evaluation
