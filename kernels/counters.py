@@ -44,6 +44,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from kernels import warming
+
 STATUS_NONE = 0
 STATUS_FOUND = 1
 STATUS_UNKNOWN = 3
@@ -480,6 +482,8 @@ def first_fit(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Upstream's first allocation on each of the given nodes (see module docstring), numba.
 
+    While the kernel compiles in the background (`kernels.warming`), `first_fit_reference` answers.
+
     Args:
         inputs: the pod's slots, candidates, counters and constraints (see `FirstFitInputs`).
         nodes: int64 (M,), the nodes to solve (positions in node_start).
@@ -490,6 +494,15 @@ def first_fit(
         status int8 (M,), chosen int64 (M, D) rows in pick order (-1 padded), chosen_slot int64
         (M, D) the slot each row serves; D = max_per_claim * C. Fresh arrays; inputs are not written.
     """
+    if not warming.use_kernels():
+        return first_fit_reference(inputs, nodes=nodes, max_work=max_work, max_per_claim=max_per_claim)
+    return _first_fit_kernel(inputs, nodes=nodes, max_work=max_work, max_per_claim=max_per_claim)
+
+
+def _first_fit_kernel(
+    inputs: FirstFitInputs, *, nodes: np.ndarray, max_work: int, max_per_claim: int = 32
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`first_fit` on the numba kernel, whatever `kernels.warming` says (the warm-up calls this)."""
     _check(inputs, nodes)
     n_out = nodes.shape[0]
     width = max_per_claim * (inputs.claim_first_req.shape[0] - 1)
@@ -680,5 +693,5 @@ def warm_up() -> float:
         constraint_applies=np.zeros((0, 1), np.uint8),
         constraint_values=np.zeros((0, rows), np.int32),
     )
-    first_fit(inputs, nodes=np.array([0, 1], np.int64), max_work=100)
+    _first_fit_kernel(inputs, nodes=np.array([0, 1], np.int64), max_work=100)
     return time.perf_counter() - started

@@ -77,6 +77,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from kernels import warming
+
 LEVELS: tuple[str, ...] = ("nvlink", "pcie", "numa", "socket")
 NODE_LEVEL = len(LEVELS)
 
@@ -1128,6 +1130,8 @@ def best_sets(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The best valid device set on each of the given nodes, searched in parallel (numba).
 
+    While the kernels compile in the background (`kernels.warming`), `best_sets_reference` answers.
+
     Args:
         topology: the index's topology and the score's policy (see `TopologyInputs`).
         requests: the pod's requests and constraints (see `SearchRequests`).
@@ -1144,6 +1148,15 @@ def best_sets(
         TypeError: an argument is not a numpy array of the stated dtype.
         ValueError: shapes disagree, K > 64, or a value is out of range.
     """
+    if not warming.use_kernels():
+        return best_sets_reference(topology, requests, nodes=nodes, max_work=max_work)
+    return _best_sets_kernel(topology, requests, nodes=nodes, max_work=max_work)
+
+
+def _best_sets_kernel(
+    topology: TopologyInputs, requests: SearchRequests, *, nodes: np.ndarray, max_work: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`best_sets` on the numba kernel, whatever `kernels.warming` says (the warm-up calls this)."""
     k_total = _check_best(topology, requests, nodes, max_work)
     n_out = nodes.shape[0]
     status = np.zeros(n_out, np.int8)
@@ -1167,6 +1180,8 @@ def score_sets(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Score one given set per node (e.g. a first-fit allocation), in parallel (numba).
 
+    While the kernels compile in the background (`kernels.warming`), `score_sets_reference` answers.
+
     Args:
         topology: as for `best_sets`.
         nodes: int64 (M,), the nodes to score (indices into node_start).
@@ -1177,6 +1192,15 @@ def score_sets(
     Returns:
         score float64 (M,), parts float64 (M, 3) (locality, fragmentation, packing).
     """
+    if not warming.use_kernels():
+        return score_sets_reference(topology, nodes=nodes, sets=sets, set_claim=set_claim)
+    return _score_sets_kernel(topology, nodes=nodes, sets=sets, set_claim=set_claim)
+
+
+def _score_sets_kernel(
+    topology: TopologyInputs, *, nodes: np.ndarray, sets: np.ndarray, set_claim: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`score_sets` on the numba kernel, whatever `kernels.warming` says (the warm-up calls this)."""
     _check_score(topology, nodes, sets, set_claim)
     score = np.zeros(nodes.shape[0])
     parts = np.zeros((nodes.shape[0], 3))
@@ -1191,6 +1215,9 @@ def score_sets(
 
 def partition_terms(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndarray) -> np.ndarray:
     """The partition terms of one given set per node, in parallel (numba).
+
+    While the kernels compile in the background (`kernels.warming`), `partition_terms_reference`
+    answers.
 
     Args:
         inputs: the rows' parent groups, counter shares and free rows (see `PartitionInputs`).
@@ -1207,6 +1234,13 @@ def partition_terms(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndar
         largest size (mean share over the group's counters) of a free row of the group, not in the
         set, whose costs fit the group's free counters, before and after the set's costs are taken.
     """
+    if not warming.use_kernels():
+        return partition_terms_reference(inputs, nodes=nodes, sets=sets)
+    return _partition_terms_kernel(inputs, nodes=nodes, sets=sets)
+
+
+def _partition_terms_kernel(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """`partition_terms` on the numba kernel, whatever `kernels.warming` says (the warm-up calls this)."""
     _check_partitions(inputs, nodes, sets)
     out = np.zeros((nodes.shape[0], 2))
     if nodes.shape[0]:
@@ -1236,9 +1270,9 @@ def warm_up() -> float:
     topology, requests = _tiny_index()
     nodes = np.array([0, 1], np.int64)
     for max_work in (1, 1000):
-        best_sets(topology, requests, nodes=nodes, max_work=max_work)
+        _best_sets_kernel(topology, requests, nodes=nodes, max_work=max_work)
     sets = np.array([[0, 2], [-1, -1]], np.int64)
-    score_sets(topology, nodes=nodes, sets=sets, set_claim=np.zeros(2, np.int64))
+    _score_sets_kernel(topology, nodes=nodes, sets=sets, set_claim=np.zeros(2, np.int64))
     partitions = partition_inputs(
         node_start=topology.node_start,
         row_group=np.array([0, 0, -1, -1, 1, 1, 1, -1], np.int64),
@@ -1248,7 +1282,7 @@ def warm_up() -> float:
         group_used=np.array([1, 0], np.int64),
         free=topology.free,
     )
-    partition_terms(partitions, nodes=nodes, sets=sets)
+    _partition_terms_kernel(partitions, nodes=nodes, sets=sets)
     return time.perf_counter() - started
 
 
