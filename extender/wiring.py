@@ -164,11 +164,13 @@ def warm_kernels(settings: Settings) -> None:
     """Warm the kernels up as `settings.kernel_warmup` says: `background` starts the compiling
     thread of `kernels.warming` (the twins answer until it is done; readiness does not wait),
     `blocking` compiles them now (`prepare_kernels`). Nothing to do when they are compiled already."""
+    from kernels import topology as kernels
     from kernels import warming
 
     if settings.kernel_warmup == "blocking":
         prepare_kernels(settings)
         return
+    kernels.set_threads(settings.kernel_threads)  # numba's count is per thread: this one's, as blocking does
     if warming.start(threads=settings.kernel_threads):
         log.info(
             "compiling the topology kernels in the background (the first start on this machine compiles "
