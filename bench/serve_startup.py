@@ -11,8 +11,10 @@ files written by the first start keep their modification times: nothing was comp
 again), and the latency of filter calls on the sample while the twins answer and after.
 
 How: `time.perf_counter` from `Popen` to the first 200 of `/readyz` and to the gauge at 1 (each
-polled every 20 ms); between the two, and for as long again after, one filter call of the README's
-pod over every node of the sample is timed in turn, labelled by the gauge's value read after it.
+polled every 20 ms); between the two, filter calls of the README's pod over the sample's nodes are
+timed in turn, each followed by a timed `/readyz` (probes wait for the GIL too), and counted as
+"while the twins answered" if the gauge still read 0 after them; then as many filter calls
+again (at most 50) on the kernels.
 Then SIGTERM and wait. CLI: `python -m bench.serve_startup [--warm-starts 2] [--kernel-warmup
 blocking]`.
 """
@@ -63,6 +65,7 @@ class Start:
     compiled_s: float
     while_warming_ms: list[float] = field(default_factory=list)
     after_ms: list[float] = field(default_factory=list)
+    readyz_warming_ms: list[float] = field(default_factory=list)
 
 
 def _free_port() -> int:
@@ -132,17 +135,22 @@ def start_once(cache: Path, *, kernel_warmup: str, probe: bool = True) -> Start:
             time.sleep(0.02)
         ready = time.perf_counter() - started
         warming: list[float] = []
+        probes: list[float] = []
         while not _compiled(base):
             waited("compiled")
             if probe:
                 elapsed = _filter_ms(base)
+                polled = time.perf_counter()
+                _get(f"{base}/readyz")
+                polled = (time.perf_counter() - polled) * 1000
                 if not _compiled(base):
                     warming.append(elapsed)
+                    probes.append(polled)
             else:
                 time.sleep(0.02)
         compiled = time.perf_counter() - started
         after = [_filter_ms(base) for _ in range(min(max(len(warming), 5), AFTER_CALLS))] if probe else []
-        return Start(ready, compiled, warming, after)
+        return Start(ready, compiled, warming, after, probes)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
@@ -162,7 +170,8 @@ def _latency(samples: list[float]) -> str:
 def _describe(label: str, start: Start) -> str:
     return (
         f"{label}: ready in {start.ready_s:.2f} s, kernels compiled at {start.compiled_s:.2f} s; filter "
-        f"while the twins answered: {_latency(start.while_warming_ms)}; after: {_latency(start.after_ms)}"
+        f"while the twins answered: {_latency(start.while_warming_ms)}; after: {_latency(start.after_ms)}; "
+        f"/readyz while the twins answered: {_latency(start.readyz_warming_ms)}"
     )
 
 
