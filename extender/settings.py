@@ -35,6 +35,8 @@ from extender.index.topology import PACKING_POLICIES, TopologySettings, parse_dr
 ENV_PREFIX = "DRA_EXTENDER_"
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 OTLP_PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
+#: How `serve` warms the numba kernels up (`Settings.kernel_warmup`).
+KERNEL_WARMUPS: tuple[str, ...] = ("background", "blocking")
 _SIZE_SUFFIXES: dict[str, int] = {"": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
 
 
@@ -172,6 +174,11 @@ class Settings:
     kernel_threads: int = 1
     """Threads of the topology kernels (numba); 0 uses one per core. One by default: parallel kernel
     threads compete with the event loop on small machines (loadtests/README.md)."""
+
+    kernel_warmup: str = "background"
+    """How start-up compiles the kernels (kernels/warming.py): `background` compiles them in a
+    thread while their plain-Python twins answer (ready at once, same answers, slower until
+    compiled); `blocking` compiles before serving (readiness waits: 30-60 s without numba's cache)."""
 
     # ---------------------------------------------------------------- gangs on multi-node NVLink cliques
     gang_clique_label: str = "nvidia.com/gpu.clique"
@@ -333,6 +340,13 @@ def _to_packing(value: Any, where: str) -> str:
     return text
 
 
+def _to_kernel_warmup(value: Any, where: str) -> str:
+    text = str(value).strip().lower()
+    if text not in KERNEL_WARMUPS:
+        raise ValueError(f"{where}: {value!r} is not a kernel warm-up; allowed: {', '.join(KERNEL_WARMUPS)}")
+    return text
+
+
 def _to_distances(value: Any, where: str) -> tuple[float, float, float, float, float]:
     items = value.split(",") if isinstance(value, str) else value
     try:
@@ -441,6 +455,7 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "topology_drivers": _to_drivers,
         "kernel_max_work": _to_count,
         "kernel_threads": _to_count,
+        "kernel_warmup": _to_kernel_warmup,
         "gang_clique_label": _to_text,
         "gang_clique_attribute": _to_text,
         "gang_size_annotation": _to_text,

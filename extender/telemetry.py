@@ -38,6 +38,7 @@ from extender import __version__, verdicts
 from extender.errors import KubeAPIError
 from extender.settings import Settings
 from extender.verdicts import PlacementService, PlacementStats
+from kernels import warming
 
 if TYPE_CHECKING:  # the SDK is imported only when tracing is configured
     from opentelemetry.sdk.trace import TracerProvider
@@ -323,14 +324,22 @@ class StateCollector(Collector):
 
     Reads `ready()` and `stats()` (a `PlacementStats`): the index (nodes, device rows, generation,
     and the CEL counters of its evaluator; only while ready), the assumed allocations (when the
-    service has an AssumeCache), the kernel totals and the watch source's stats (kube mode). A
-    failing read is logged and skipped: a scrape never fails because of the state it reports on.
-    Runs on the event loop (inside /metrics).
+    service has an AssumeCache), the kernel totals and the watch source's stats (kube mode); and
+    `kernels_compiled()` (by default `kernels.warming.compiled`: 0 while the kernels' twins answer
+    during a background warm-up). A failing read is logged and skipped: a scrape never fails
+    because of the state it reports on. Runs on the event loop (inside /metrics).
     """
 
-    def __init__(self, *, ready: Callable[[], bool], stats: Callable[[], PlacementStats]) -> None:
+    def __init__(
+        self,
+        *,
+        ready: Callable[[], bool],
+        stats: Callable[[], PlacementStats],
+        kernels_compiled: Callable[[], bool] = warming.compiled,
+    ) -> None:
         self._ready = ready
         self._stats = stats
+        self._kernels_compiled = kernels_compiled
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so registering does not call into placement (which may build the index).
@@ -341,6 +350,14 @@ class StateCollector(Collector):
         if ready is not None:
             yield _gauge(
                 "dra_extender_ready", "1 when the cluster state is loaded/synced, else 0.", float(bool(ready))
+            )
+        compiled = _read(self._kernels_compiled, "kernels_compiled")
+        if compiled is not None:
+            yield _gauge(
+                "dra_extender_kernels_compiled",
+                "1 once the numba kernels are compiled; 0 while their plain-Python twins answer "
+                "(a background warm-up is running or failed, or none ran).",
+                float(bool(compiled)),
             )
         stats = _read(self._stats, "stats")
         if stats is None:

@@ -41,7 +41,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
         worker=placement_worker(settings),
     )
     selecting.set_result_cache_size(settings.cel_result_cache_size)
-    prepare_kernels(settings)
+    warm_kernels(settings)
     placement.warm()  # build the index and the tiers' columns now, not in the first filter call
     freeze_heap()
     return placement, InMemoryBinder(state, placement)
@@ -105,7 +105,7 @@ def build_kube_services(
     source = watch.KubeSource(state, settings, api_client=api_client, loop=worker)
     placement.set_source_stats(source.stats)  # reported by /metrics with the placement's stats
     selecting.set_result_cache_size(settings.cel_result_cache_size)
-    prepare_kernels(settings)
+    warm_kernels(settings)
     elector = None
     if settings.leader_elect:
         elector = LeaderElector(
@@ -160,19 +160,43 @@ def placement_worker(settings: Settings) -> PlacementWorker:
     return PlacementWorker(initializer=functools.partial(kernels.set_threads, settings.kernel_threads))
 
 
-def prepare_kernels(settings: Settings) -> None:
-    """Set the kernels' thread count and compile them now, so the first request is not slow."""
-    import kernels as kernel_package
-    from kernels import counters as counter_kernels
+def warm_kernels(settings: Settings) -> None:
+    """Warm the kernels up as `settings.kernel_warmup` says: `background` starts the compiling
+    thread of `kernels.warming` (the twins answer until it is done; readiness does not wait),
+    `blocking` compiles them now (`prepare_kernels`). Nothing to do when they are compiled already."""
     from kernels import topology as kernels
+    from kernels import warming
 
-    kernels.set_threads(settings.kernel_threads)
+    if settings.kernel_warmup == "blocking":
+        prepare_kernels(settings)
+        return
+    kernels.set_threads(settings.kernel_threads)  # numba's count is per thread: this one's, as blocking does
+    if warming.start(threads=settings.kernel_threads):
+        log.info(
+            "compiling the topology kernels in the background (the first start on this machine compiles "
+            "them, 30 s and more; later ones load them from numba's cache in %s); until they are ready "
+            "their plain-Python twins answer, with the same answers, more slowly",
+            _cache_dir(),
+        )
+
+
+def _cache_dir() -> str:
+    import kernels as kernel_package
+
+    return str(kernel_package.cache_dir())
+
+
+def prepare_kernels(settings: Settings) -> None:
+    """Set the kernels' thread count and compile them now, so the first request is not slow
+    (`kernel_warmup: blocking`; benches call it before timing anything)."""
+    from kernels import warming
+
     log.info(
-        "preparing topology kernels (the first start on this machine compiles them, about 20 s; "
+        "preparing topology kernels (the first start on this machine compiles them, 30 s and more; "
         "later ones load them from numba's cache in %s)",
-        kernel_package.cache_dir(),
+        _cache_dir(),
     )
-    seconds = kernels.warm_up() + counter_kernels.warm_up()
+    seconds = warming.warm_up_now(threads=settings.kernel_threads)
     log.info(
         "topology kernels ready in %.2f s (numba threads: %s)", seconds, settings.kernel_threads or "default"
     )

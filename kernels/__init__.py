@@ -7,9 +7,11 @@ module is imported (their `@njit(cache=True)` decorators pick the cache location
 - else `$XDG_CACHE_HOME/dra-extender/numba`, else `~/.cache/dra-extender/numba`.
 
 Why: numba's default cache sits next to the source, in `__pycache__`, which a site-packages install
-or a read-only image cannot write; numba then compiles every kernel again in every process (14-20 s
-before the first `serve` is ready). With a user cache directory the first process compiles and
-writes, every later one loads (`python -m kernels` compiles ahead of time, as the image build does).
+or a read-only image cannot write; numba then compiles every kernel again in every process (30-60 s
+on a 2-core machine). With a user cache directory the first process compiles and writes, every
+later one loads (`python -m kernels` compiles ahead of time, as the image build does). The first
+process does not make `serve` wait: it compiles in the background while the kernels' plain-Python
+twins answer (`kernels/warming.py`).
 Entries are keyed by the kernel's source file (path, size, mtime), its argument types and the CPU, so
 a changed source or another CPU model compiles again instead of loading stale code.
 """

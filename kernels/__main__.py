@@ -8,12 +8,12 @@ Prints the cache directory and the seconds taken; a second run only loads.
 from __future__ import annotations
 
 import kernels
-from kernels import counters, topology
+from kernels import warming
 
 
 def main() -> int:
     """Warm up (compile or load) the topology and first-fit kernels; print where and how long."""
-    seconds = topology.warm_up() + counters.warm_up()
+    seconds = warming.warm_up_now()
     print(f"numba kernels ready in {seconds:.2f} s; cache: {kernels.cache_dir()}")
     return 0
 

@@ -44,6 +44,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from kernels import warming
+
 STATUS_NONE = 0
 STATUS_FOUND = 1
 STATUS_UNKNOWN = 3
@@ -58,10 +60,12 @@ _OK, _FAIL, _ABORT = 0, 1, 2
 
 @njit(cache=True, inline="always")
 def _try_add(
-    row, s, c, must, depth, candidates, free, used, row_ptr, row_counter, row_amount, available, consumed,
-    constraint_kind, constraint_applies, constraint_values, match_count, match_value, f_kind, f_pos, f_slot,
-    nres,
-):  # fmt: skip
+    row: int, s: int, c: int, must: bool, depth: int, candidates: np.ndarray, free: np.ndarray,
+    used: np.ndarray, row_ptr: np.ndarray, row_counter: np.ndarray, row_amount: np.ndarray,
+    available: np.ndarray, consumed: np.ndarray, constraint_kind: np.ndarray, constraint_applies: np.ndarray,
+    constraint_values: np.ndarray, match_count: np.ndarray, match_value: np.ndarray, f_kind: np.ndarray,
+    f_pos: np.ndarray, f_slot: np.ndarray, nres: np.ndarray,
+) -> int:  # fmt: skip
     """Add `row` for slot `s` of claim `c` if upstream's `_allocate_device` accepts it."""
     if free[row] == 0 or used[row] != 0:
         return _FAIL
@@ -115,9 +119,10 @@ def _try_add(
 
 @njit(cache=True, inline="always")
 def _undo(
-    row, s, c, used, row_ptr, row_counter, row_amount, consumed, constraint_kind, constraint_applies,
-    match_count, nres,
-):  # fmt: skip
+    row: int, s: int, c: int, used: np.ndarray, row_ptr: np.ndarray, row_counter: np.ndarray,
+    row_amount: np.ndarray, consumed: np.ndarray, constraint_kind: np.ndarray, constraint_applies: np.ndarray,
+    match_count: np.ndarray, nres: np.ndarray,
+) -> None:  # fmt: skip
     used[row] = 0
     nres[c] -= 1
     for e in range(row_ptr[row], row_ptr[row + 1]):
@@ -129,11 +134,15 @@ def _undo(
 
 @njit(cache=True)
 def _solve_node(
-    m, lo, hi, claim_first_req, req_first_slot, req_subs, slot_claim, slot_all, slot_count, candidates,
-    free, row_ptr, row_counter, row_amount, available, constraint_kind, constraint_applies,
-    constraint_values, max_work, max_per_claim, consumed, used, f_kind, f_c, f_r, f_sub, f_d, f_pos,
-    f_slot, nres, match_count, match_value, num_all, status, chosen, chosen_slot,
-):  # fmt: skip
+    m: int, lo: int, hi: int, claim_first_req: np.ndarray, req_first_slot: np.ndarray, req_subs: np.ndarray,
+    slot_claim: np.ndarray, slot_all: np.ndarray, slot_count: np.ndarray, candidates: np.ndarray,
+    free: np.ndarray, row_ptr: np.ndarray, row_counter: np.ndarray, row_amount: np.ndarray,
+    available: np.ndarray, constraint_kind: np.ndarray, constraint_applies: np.ndarray,
+    constraint_values: np.ndarray, max_work: int, max_per_claim: int, consumed: np.ndarray, used: np.ndarray,
+    f_kind: np.ndarray, f_c: np.ndarray, f_r: np.ndarray, f_sub: np.ndarray, f_d: np.ndarray,
+    f_pos: np.ndarray, f_slot: np.ndarray, nres: np.ndarray, match_count: np.ndarray, match_value: np.ndarray,
+    num_all: np.ndarray, status: np.ndarray, chosen: np.ndarray, chosen_slot: np.ndarray,
+) -> None:  # fmt: skip
     n_claims = claim_first_req.shape[0] - 1
     n_slots = slot_claim.shape[0]
     for s in range(n_slots):
@@ -316,10 +325,13 @@ def _solve_node(
 
 @njit(parallel=True, cache=True)
 def _first_fit_parallel(
-    node_start, nodes, claim_first_req, req_first_slot, req_subs, slot_claim, slot_all, slot_count,
-    candidates, free, row_ptr, row_counter, row_amount, available, constraint_kind, constraint_applies,
-    constraint_values, max_work, max_per_claim, stack_size, n_blocks, status, chosen, chosen_slot,
-):  # fmt: skip
+    node_start: np.ndarray, nodes: np.ndarray, claim_first_req: np.ndarray, req_first_slot: np.ndarray,
+    req_subs: np.ndarray, slot_claim: np.ndarray, slot_all: np.ndarray, slot_count: np.ndarray,
+    candidates: np.ndarray, free: np.ndarray, row_ptr: np.ndarray, row_counter: np.ndarray,
+    row_amount: np.ndarray, available: np.ndarray, constraint_kind: np.ndarray,
+    constraint_applies: np.ndarray, constraint_values: np.ndarray, max_work: int, max_per_claim: int,
+    stack_size: int, n_blocks: int, status: np.ndarray, chosen: np.ndarray, chosen_slot: np.ndarray,
+) -> None:  # fmt: skip
     """prange over blocks of nodes; each block allocates its scratch once and solves its nodes.
 
     One block per thread: the scratch includes a row-sized mask, so more blocks cost zeroing."""
@@ -480,6 +492,8 @@ def first_fit(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Upstream's first allocation on each of the given nodes (see module docstring), numba.
 
+    While the kernel compiles in the background (`kernels.warming`), `first_fit_reference` answers.
+
     Args:
         inputs: the pod's slots, candidates, counters and constraints (see `FirstFitInputs`).
         nodes: int64 (M,), the nodes to solve (positions in node_start).
@@ -490,6 +504,15 @@ def first_fit(
         status int8 (M,), chosen int64 (M, D) rows in pick order (-1 padded), chosen_slot int64
         (M, D) the slot each row serves; D = max_per_claim * C. Fresh arrays; inputs are not written.
     """
+    if not warming.use_kernels():
+        return first_fit_reference(inputs, nodes=nodes, max_work=max_work, max_per_claim=max_per_claim)
+    return _first_fit_kernel(inputs, nodes=nodes, max_work=max_work, max_per_claim=max_per_claim)
+
+
+def _first_fit_kernel(
+    inputs: FirstFitInputs, *, nodes: np.ndarray, max_work: int, max_per_claim: int = 32
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`first_fit` on the numba kernel, whatever `kernels.warming` says (the warm-up calls this)."""
     _check(inputs, nodes)
     n_out = nodes.shape[0]
     width = max_per_claim * (inputs.claim_first_req.shape[0] - 1)
@@ -680,5 +703,5 @@ def warm_up() -> float:
         constraint_applies=np.zeros((0, 1), np.uint8),
         constraint_values=np.zeros((0, rows), np.int32),
     )
-    first_fit(inputs, nodes=np.array([0, 1], np.int64), max_work=100)
+    _first_fit_kernel(inputs, nodes=np.array([0, 1], np.int64), max_work=100)
     return time.perf_counter() - started

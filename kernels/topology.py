@@ -77,6 +77,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from kernels import warming
+
 LEVELS: tuple[str, ...] = ("nvlink", "pcie", "numa", "socket")
 NODE_LEVEL = len(LEVELS)
 
@@ -124,23 +126,29 @@ _B_SCORE, _B_LOC, _B_FRAG, _B_PACK, _B_FOUND = 0, 1, 2, 3, 4
 
 
 @njit(cache=True, inline="always")
-def _pair_distance(lo, size, off, a, b, coords, level_distance, link_distance):
+def _pair_distance(
+    lo: int, size: int, off: int, a: int, b: int, coords: np.ndarray, level_distance: np.ndarray,
+    link_distance: np.ndarray,
+) -> float:  # fmt: skip
     """Distance of node positions a and b (see the module docstring); reads the link upper triangle."""
     if a > b:
         a, b = b, a
     if off >= 0:
         d = link_distance[off + a * size + b]
         if not np.isnan(d):
-            return d
+            return float(d)
     for level in range(4):
         c = coords[lo + a, level]
         if c != -1 and c == coords[lo + b, level]:
-            return level_distance[level]
-    return level_distance[4]
+            return float(level_distance[level])
+    return float(level_distance[4])
 
 
 @njit(cache=True, inline="always")
-def _combine(sum_wd, sum_w, touched, broken, total, free_total, nrel, level_distance, weights, spread):
+def _combine(
+    sum_wd: float, sum_w: float, touched: int, broken: int, total: int, free_total: int, nrel: int,
+    level_distance: np.ndarray, weights: np.ndarray, spread: bool,
+) -> tuple[float, float, float, float]:  # fmt: skip
     """(score, locality, fragmentation, packing) from a set's running sums and counts."""
     locality = 1.0
     span = level_distance[4] - level_distance[0]
@@ -164,8 +172,9 @@ def _combine(sum_wd, sum_w, touched, broken, total, free_total, nrel, level_dist
 
 @njit(cache=True, inline="always")
 def _bound(
-    sum_wd, sum_w, w_total, d_near, nrel, remaining, total, free_total, level_distance, weights, spread
-):
+    sum_wd: float, sum_w: float, w_total: float, d_near: float, nrel: int, remaining: int, total: int,
+    free_total: int, level_distance: np.ndarray, weights: np.ndarray, spread: bool,
+) -> float:  # fmt: skip
     """An upper bound of the score of every completion of a partial set (for pruning the search).
 
     Locality: the pairs still to come weigh `w_total - sum_w` and are each at least `d_near` (the
@@ -186,11 +195,14 @@ def _bound(
     wsum = weights[0] + weights[1] + weights[2]
     if wsum <= 0.0:
         return 0.0
-    return (weights[0] * locality + weights[1] + weights[2] * packing) / wsum
+    return float((weights[0] * locality + weights[1] + weights[2] * packing) / wsum)
 
 
 @njit(cache=True, inline="always")
-def _collect(lo, size, candidates, counts, cand, ncand, is_cand, anyrows):
+def _collect(
+    lo: int, size: int, candidates: np.ndarray, counts: np.ndarray, cand: np.ndarray, ncand: np.ndarray,
+    is_cand: np.ndarray, anyrows: np.ndarray,
+) -> tuple[bool, int]:  # fmt: skip
     """Fill each request's ascending candidate positions; returns (count check passed, distinct rows)."""
     for a in range(size):
         is_cand[a] = 0
@@ -214,7 +226,9 @@ def _collect(lo, size, candidates, counts, cand, ncand, is_cand, anyrows):
 
 
 @njit(cache=True, inline="always")
-def _groups(lo, size, coords, free, relevant, grp):
+def _groups(
+    lo: int, size: int, coords: np.ndarray, free: np.ndarray, relevant: np.ndarray, grp: np.ndarray,
+) -> tuple[int, int]:  # fmt: skip
     """Per level, each position's group representative (first position with its coordinate, -1 for
     none) and, at the representative, the group's relevant and relevant-free row counts; also zeroes
     the taken counts. Returns (T, F) of the node. O(4 * size^2) worst case, once per node."""
@@ -246,7 +260,10 @@ def _groups(lo, size, coords, free, relevant, grp):
 
 
 @njit(cache=True, inline="always")
-def _fits(r, a, s, lo, slot_req, slots, cmem, cval, ckind, match):
+def _fits(
+    r: int, a: int, s: int, lo: int, slot_req: np.ndarray, slots: np.ndarray, cmem: np.ndarray,
+    cval: np.ndarray, ckind: np.ndarray, match: np.ndarray,
+) -> bool:  # fmt: skip
     """Whether position a may serve request r as slot s, given slots 0..s-1 (hard constraints only)."""
     row = lo + a
     for c in range(ckind.shape[0]):
@@ -267,8 +284,10 @@ def _fits(r, a, s, lo, slot_req, slots, cmem, cval, ckind, match):
 
 @njit(cache=True, inline="always")
 def _add(
-    s, a, lo, claim_of, cross, slot_req, slots, used, dist, lsum, grp, state, relevant, cmem, cval, match
-):
+    s: int, a: int, lo: int, claim_of: np.ndarray, cross: float, slot_req: np.ndarray, slots: np.ndarray,
+    used: np.ndarray, dist: np.ndarray, lsum: np.ndarray, grp: np.ndarray, state: np.ndarray,
+    relevant: np.ndarray, cmem: np.ndarray, cval: np.ndarray, match: np.ndarray,
+) -> None:  # fmt: skip
     """Place position a in slot s: locality prefix sums, fragmentation counts, constraint state."""
     r = slot_req[s]
     used[a] = 1
@@ -306,7 +325,10 @@ def _add(
 
 
 @njit(cache=True, inline="always")
-def _remove(s, lo, slot_req, slots, used, grp, state, relevant, cmem, match):
+def _remove(
+    s: int, lo: int, slot_req: np.ndarray, slots: np.ndarray, used: np.ndarray, grp: np.ndarray,
+    state: np.ndarray, relevant: np.ndarray, cmem: np.ndarray, match: np.ndarray,
+) -> None:  # fmt: skip
     """Undo `_add` for slot s (the locality prefix of slot s stays valid as it is)."""
     r = slot_req[s]
     a = slots[_ROW, s]
@@ -332,7 +354,7 @@ def _remove(s, lo, slot_req, slots, used, grp, state, relevant, cmem, match):
 
 
 @njit(cache=True, inline="always")
-def _reset(size, used, grp, state, match):
+def _reset(size: int, used: np.ndarray, grp: np.ndarray, state: np.ndarray, match: np.ndarray) -> None:
     """Forget every placed slot (after an aborted search, and before each greedy seed)."""
     for a in range(size):
         used[a] = 0
@@ -346,7 +368,10 @@ def _reset(size, used, grp, state, match):
 
 
 @njit(cache=True, inline="always")
-def _consider(k, slots, lsum, state, total, free_total, level_distance, weights, spread, best, best_rows):
+def _consider(
+    k: int, slots: np.ndarray, lsum: np.ndarray, state: np.ndarray, total: int, free_total: int,
+    level_distance: np.ndarray, weights: np.ndarray, spread: bool, best: np.ndarray, best_rows: np.ndarray,
+) -> None:  # fmt: skip
     """Score the complete set in slots 0..k-1; keep it if it beats the incumbent by TIE_EPSILON."""
     score, loc, frag, pack = _combine(
         lsum[0, k],
@@ -372,10 +397,13 @@ def _consider(k, slots, lsum, state, total, free_total, level_distance, weights,
 
 @njit(cache=True, inline="always")
 def _search(
-    lo, counts, claim_of, cross, cand, ncand, dist, grp, used, slot_req, slot_pos, slots, lsum, state,
-    match, ckind, cmem, cval, relevant, total, free_total, level_distance, weights, spread, max_work,
-    w_total, d_near, best, best_rows,
-):  # fmt: skip
+    lo: int, counts: np.ndarray, claim_of: np.ndarray, cross: float, cand: np.ndarray, ncand: np.ndarray,
+    dist: np.ndarray, grp: np.ndarray, used: np.ndarray, slot_req: np.ndarray, slot_pos: np.ndarray,
+    slots: np.ndarray, lsum: np.ndarray, state: np.ndarray, match: np.ndarray, ckind: np.ndarray,
+    cmem: np.ndarray, cval: np.ndarray, relevant: np.ndarray, total: int, free_total: int,
+    level_distance: np.ndarray, weights: np.ndarray, spread: bool, max_work: int, w_total: float,
+    d_near: float, best: np.ndarray, best_rows: np.ndarray,
+) -> bool:  # fmt: skip
     """The budgeted depth-first search (iterative: one stack frame per slot). Returns True if aborted.
 
     A partial set whose `_bound` cannot beat the incumbent by more than TIE_EPSILON (less a rounding
@@ -435,10 +463,12 @@ def _search(
 
 @njit(cache=True, inline="always")
 def _greedy(
-    lo, size, claim_of, cross, cand, ncand, anyrows, nany, dist, acc, grp, used, slot_req, slots, lsum,
-    state, match, ckind, cmem, cval, relevant, total, free_total, level_distance, weights, spread, best,
-    best_rows,
-):  # fmt: skip
+    lo: int, size: int, claim_of: np.ndarray, cross: float, cand: np.ndarray, ncand: np.ndarray,
+    anyrows: np.ndarray, nany: int, dist: np.ndarray, acc: np.ndarray, grp: np.ndarray, used: np.ndarray,
+    slot_req: np.ndarray, slots: np.ndarray, lsum: np.ndarray, state: np.ndarray, match: np.ndarray,
+    ckind: np.ndarray, cmem: np.ndarray, cval: np.ndarray, relevant: np.ndarray, total: int, free_total: int,
+    level_distance: np.ndarray, weights: np.ndarray, spread: bool, best: np.ndarray, best_rows: np.ndarray,
+) -> None:  # fmt: skip
     """Greedy completion from each seed; candidates keep a running distance sum to the chosen rows."""
     k_total = slot_req.shape[0]
     r0 = slot_req[0]
@@ -480,10 +510,13 @@ def _greedy(
 
 @njit(cache=True)
 def _best_block(
-    start, stop, node_start, nodes, candidates, counts, claim_of, coords, free, relevant, ckind, cmem,
-    cval, level_distance, link_offset, link_distance, weights, spread, max_work, slot_req, slot_pos,
-    out_status, out_score, out_parts, out_chosen,
-):  # fmt: skip
+    start: int, stop: int, node_start: np.ndarray, nodes: np.ndarray, candidates: np.ndarray,
+    counts: np.ndarray, claim_of: np.ndarray, coords: np.ndarray, free: np.ndarray, relevant: np.ndarray,
+    ckind: np.ndarray, cmem: np.ndarray, cval: np.ndarray, level_distance: np.ndarray,
+    link_offset: np.ndarray, link_distance: np.ndarray, weights: np.ndarray, spread: bool, max_work: int,
+    slot_req: np.ndarray, slot_pos: np.ndarray, out_status: np.ndarray, out_score: np.ndarray,
+    out_parts: np.ndarray, out_chosen: np.ndarray,
+) -> None:  # fmt: skip
     """Solve nodes[start:stop] serially with one set of scratch arrays sized for the block."""
     width = 1
     for m in range(start, stop):
@@ -582,10 +615,13 @@ def _best_block(
 
 @njit(parallel=True, cache=True)
 def _best_sets_parallel(
-    node_start, nodes, candidates, counts, claim_of, coords, free, relevant, ckind, cmem, cval,
-    level_distance, link_offset, link_distance, weights, spread, max_work, slot_req, slot_pos,
-    out_status, out_score, out_parts, out_chosen,
-):  # fmt: skip
+    node_start: np.ndarray, nodes: np.ndarray, candidates: np.ndarray, counts: np.ndarray,
+    claim_of: np.ndarray, coords: np.ndarray, free: np.ndarray, relevant: np.ndarray, ckind: np.ndarray,
+    cmem: np.ndarray, cval: np.ndarray, level_distance: np.ndarray, link_offset: np.ndarray,
+    link_distance: np.ndarray, weights: np.ndarray, spread: bool, max_work: int, slot_req: np.ndarray,
+    slot_pos: np.ndarray, out_status: np.ndarray, out_score: np.ndarray, out_parts: np.ndarray,
+    out_chosen: np.ndarray,
+) -> None:  # fmt: skip
     """prange over blocks of nodes; each block writes only its own output rows (no races)."""
     n_nodes = nodes.shape[0]
     n_blocks = (n_nodes + _BLOCK - 1) // _BLOCK
@@ -599,9 +635,11 @@ def _best_sets_parallel(
 
 @njit(cache=True)
 def _score_node(
-    m, node_start, nodes, sets, set_claim, coords, free, relevant, level_distance, link_offset,
-    link_distance, weights, spread, out_score, out_parts,
-):  # fmt: skip
+    m: int, node_start: np.ndarray, nodes: np.ndarray, sets: np.ndarray, set_claim: np.ndarray,
+    coords: np.ndarray, free: np.ndarray, relevant: np.ndarray, level_distance: np.ndarray,
+    link_offset: np.ndarray, link_distance: np.ndarray, weights: np.ndarray, spread: bool,
+    out_score: np.ndarray, out_parts: np.ndarray,
+) -> None:  # fmt: skip
     """Score sets[m] from scratch (no scratch arrays: O(4 * K * (rows + K)) with K small)."""
     n = nodes[m]
     lo = node_start[n]
@@ -687,9 +725,11 @@ def _score_node(
 
 @njit(parallel=True, cache=True)
 def _score_sets_parallel(
-    node_start, nodes, sets, set_claim, coords, free, relevant, level_distance, link_offset, link_distance,
-    weights, spread, out_score, out_parts,
-):  # fmt: skip
+    node_start: np.ndarray, nodes: np.ndarray, sets: np.ndarray, set_claim: np.ndarray, coords: np.ndarray,
+    free: np.ndarray, relevant: np.ndarray, level_distance: np.ndarray, link_offset: np.ndarray,
+    link_distance: np.ndarray, weights: np.ndarray, spread: bool, out_score: np.ndarray,
+    out_parts: np.ndarray,
+) -> None:  # fmt: skip
     """prange over nodes; each iteration writes only its own output row."""
     for m in prange(nodes.shape[0]):
         _score_node(
@@ -699,7 +739,10 @@ def _score_sets_parallel(
 
 
 @njit(cache=True, inline="always")
-def _largest_fitting(lo, size, g, avail, ncols, sets, m, row_group, row_cost, free):
+def _largest_fitting(
+    lo: int, size: int, g: int, avail: np.ndarray, ncols: int, sets: np.ndarray, m: int,
+    row_group: np.ndarray, row_cost: np.ndarray, free: np.ndarray,
+) -> tuple[float, int]:  # fmt: skip
     """(largest size, how many fit) over the free rows of group g not in sets[m] whose costs fit avail.
 
     A row's size is its mean share over the group's ncols counters (1 for a group without counters).
@@ -732,9 +775,10 @@ def _largest_fitting(lo, size, g, avail, ncols, sets, m, row_group, row_cost, fr
 
 @njit(cache=True)
 def _partition_node(
-    m, node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free, before,
-    after, out,
-):  # fmt: skip
+    m: int, node_start: np.ndarray, nodes: np.ndarray, sets: np.ndarray, row_group: np.ndarray,
+    row_cost: np.ndarray, group_counters: np.ndarray, group_free: np.ndarray, group_used: np.ndarray,
+    free: np.ndarray, before: np.ndarray, after: np.ndarray, out: np.ndarray,
+) -> None:  # fmt: skip
     """The two partition terms of sets[m] (NaN, NaN when the set takes no partition)."""
     n = nodes[m]
     lo = node_start[n]
@@ -789,8 +833,10 @@ def _partition_node(
 
 @njit(parallel=True, cache=True)
 def _partition_parallel(
-    node_start, nodes, sets, row_group, row_cost, group_counters, group_free, group_used, free, out
-):  # fmt: skip
+    node_start: np.ndarray, nodes: np.ndarray, sets: np.ndarray, row_group: np.ndarray, row_cost: np.ndarray,
+    group_counters: np.ndarray, group_free: np.ndarray, group_used: np.ndarray, free: np.ndarray,
+    out: np.ndarray,
+) -> None:  # fmt: skip
     """prange over nodes in blocks; each block owns its scratch and writes only its own rows."""
     n_nodes = nodes.shape[0]
     width = max(row_cost.shape[1], 1)
@@ -1024,7 +1070,7 @@ def _check_topology(topology: TopologyInputs, nodes: np.ndarray) -> int:
     linked = link_offset >= 0
     if np.any(linked) and np.any(link_offset[linked] + sizes[linked] ** 2 > link_distance.shape[0]):
         raise ValueError("link_offset points past the end of link_distance (needs rows_of_node^2 entries)")
-    return rows
+    return int(rows)
 
 
 def _check_best(topology: TopologyInputs, requests: SearchRequests, nodes: np.ndarray, max_work: int) -> int:
@@ -1128,6 +1174,8 @@ def best_sets(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The best valid device set on each of the given nodes, searched in parallel (numba).
 
+    While the kernels compile in the background (`kernels.warming`), `best_sets_reference` answers.
+
     Args:
         topology: the index's topology and the score's policy (see `TopologyInputs`).
         requests: the pod's requests and constraints (see `SearchRequests`).
@@ -1144,6 +1192,15 @@ def best_sets(
         TypeError: an argument is not a numpy array of the stated dtype.
         ValueError: shapes disagree, K > 64, or a value is out of range.
     """
+    if not warming.use_kernels():
+        return best_sets_reference(topology, requests, nodes=nodes, max_work=max_work)
+    return _best_sets_kernel(topology, requests, nodes=nodes, max_work=max_work)
+
+
+def _best_sets_kernel(
+    topology: TopologyInputs, requests: SearchRequests, *, nodes: np.ndarray, max_work: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`best_sets` on the numba kernel, whatever `kernels.warming` says (the warm-up calls this)."""
     k_total = _check_best(topology, requests, nodes, max_work)
     n_out = nodes.shape[0]
     status = np.zeros(n_out, np.int8)
@@ -1167,6 +1224,8 @@ def score_sets(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Score one given set per node (e.g. a first-fit allocation), in parallel (numba).
 
+    While the kernels compile in the background (`kernels.warming`), `score_sets_reference` answers.
+
     Args:
         topology: as for `best_sets`.
         nodes: int64 (M,), the nodes to score (indices into node_start).
@@ -1177,6 +1236,15 @@ def score_sets(
     Returns:
         score float64 (M,), parts float64 (M, 3) (locality, fragmentation, packing).
     """
+    if not warming.use_kernels():
+        return score_sets_reference(topology, nodes=nodes, sets=sets, set_claim=set_claim)
+    return _score_sets_kernel(topology, nodes=nodes, sets=sets, set_claim=set_claim)
+
+
+def _score_sets_kernel(
+    topology: TopologyInputs, *, nodes: np.ndarray, sets: np.ndarray, set_claim: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`score_sets` on the numba kernel, whatever `kernels.warming` says (the warm-up calls this)."""
     _check_score(topology, nodes, sets, set_claim)
     score = np.zeros(nodes.shape[0])
     parts = np.zeros((nodes.shape[0], 3))
@@ -1191,6 +1259,9 @@ def score_sets(
 
 def partition_terms(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndarray) -> np.ndarray:
     """The partition terms of one given set per node, in parallel (numba).
+
+    While the kernels compile in the background (`kernels.warming`), `partition_terms_reference`
+    answers.
 
     Args:
         inputs: the rows' parent groups, counter shares and free rows (see `PartitionInputs`).
@@ -1207,6 +1278,13 @@ def partition_terms(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndar
         largest size (mean share over the group's counters) of a free row of the group, not in the
         set, whose costs fit the group's free counters, before and after the set's costs are taken.
     """
+    if not warming.use_kernels():
+        return partition_terms_reference(inputs, nodes=nodes, sets=sets)
+    return _partition_terms_kernel(inputs, nodes=nodes, sets=sets)
+
+
+def _partition_terms_kernel(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    """`partition_terms` on the numba kernel, whatever `kernels.warming` says (the warm-up calls this)."""
     _check_partitions(inputs, nodes, sets)
     out = np.zeros((nodes.shape[0], 2))
     if nodes.shape[0]:
@@ -1236,9 +1314,9 @@ def warm_up() -> float:
     topology, requests = _tiny_index()
     nodes = np.array([0, 1], np.int64)
     for max_work in (1, 1000):
-        best_sets(topology, requests, nodes=nodes, max_work=max_work)
+        _best_sets_kernel(topology, requests, nodes=nodes, max_work=max_work)
     sets = np.array([[0, 2], [-1, -1]], np.int64)
-    score_sets(topology, nodes=nodes, sets=sets, set_claim=np.zeros(2, np.int64))
+    _score_sets_kernel(topology, nodes=nodes, sets=sets, set_claim=np.zeros(2, np.int64))
     partitions = partition_inputs(
         node_start=topology.node_start,
         row_group=np.array([0, 0, -1, -1, 1, 1, 1, -1], np.int64),
@@ -1248,7 +1326,7 @@ def warm_up() -> float:
         group_used=np.array([1, 0], np.int64),
         free=topology.free,
     )
-    partition_terms(partitions, nodes=nodes, sets=sets)
+    _partition_terms_kernel(partitions, nodes=nodes, sets=sets)
     return time.perf_counter() - started
 
 
@@ -1314,7 +1392,7 @@ class _RefNode:
         """Distance of positions i and j (link matrix entry, else shared level, else node)."""
         a, b = min(i, j), max(i, j)
         if self.link is not None:
-            d = self.link[a * self.size + b]
+            d = float(self.link[a * self.size + b])
             if d == d:  # not NaN
                 return d
         for level in range(NODE_LEVEL):

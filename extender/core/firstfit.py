@@ -274,7 +274,8 @@ def preference(pod: FirstFitPlan, chosen_slot: np.ndarray) -> np.ndarray:
     subs = np.flatnonzero(pod.slot_sub >= 0)
     # A request's chosen subrequest serves at least one device (counts are > 0, `All` needs one).
     present = (chosen_slot[:, :, None] == subs[None, None, :]).any(axis=1)
-    return (present * (8 - pod.slot_sub[subs])).sum(axis=1) / (8 * pod.prioritized_requests)
+    score: np.ndarray = (present * (8 - pod.slot_sub[subs])).sum(axis=1) / (8 * pod.prioritized_requests)
+    return score
 
 
 def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:

@@ -295,13 +295,15 @@ def combine(parts: np.ndarray, preference: np.ndarray, settings: TopologySetting
     if parts.shape[1] < 5 or not binpack:
         if total <= 0:
             return np.zeros(len(parts))
-        return (parts[:, :3] @ weights[:3] + preference * weights[3]) / total
+        combined: np.ndarray = (parts[:, :3] @ weights[:3] + preference * weights[3]) / total
+        return combined
     extra = np.array([settings.partition_packing_weight, settings.partition_headroom_weight])
     applies = ~np.isnan(parts[:, 3])
     numerator = parts[:, :3] @ weights[:3] + preference * weights[3]
     numerator = numerator + np.where(applies, np.nan_to_num(parts[:, 3:5]) @ extra, 0.0)
     denominator = total + applies * extra.sum()
-    return np.divide(numerator, denominator, out=np.zeros(len(parts)), where=denominator > 0)
+    combined = np.divide(numerator, denominator, out=np.zeros(len(parts)), where=denominator > 0)
+    return combined
 
 
 _PARTITIONS: weakref.WeakKeyDictionary[DeviceIndex, Partitions] = weakref.WeakKeyDictionary()
@@ -405,7 +407,8 @@ def partition_choices(
     won_nodes, first = np.unique(nodes[winners], return_index=True)
     chosen = np.full(len(index.node_names), -1, dtype=np.int64)
     chosen[won_nodes] = rows[winners][first]
-    return chosen[positions]
+    picked: np.ndarray = chosen[positions]
+    return picked
 
 
 def partition_parts(

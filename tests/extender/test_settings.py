@@ -155,6 +155,11 @@ INVALID = {
     ),
     "bad-env-seconds": (_flags(), {"DRA_EXTENDER_ASSUME_TTL_SECONDS": "-1"}, "a positive number of seconds"),
     "kube-and-state": (_flags(kube=True, state=["a.yaml"]), {}, "mutually exclusive"),
+    "bad-kernel-warmup": (
+        _flags(),
+        {"DRA_EXTENDER_KERNEL_WARMUP": "lazy"},
+        "'lazy' is not a kernel warm-up; allowed: background, blocking",
+    ),
 }
 
 
@@ -242,3 +247,9 @@ def test_tls_combination_is_checked_across_layers():
     """A certificate from the environment and a key from a flag make a valid pair."""
     settings = load_settings(_flags(tls_key_file="/k"), {"DRA_EXTENDER_TLS_CERT_FILE": "/c"})
     assert (settings.tls_cert_file, settings.tls_key_file) == (Path("/c"), Path("/k"))
+
+
+def test_kernel_warmup_defaults_to_background_and_accepts_blocking():
+    """The kernels compile in the background unless `kernel_warmup: blocking` (env or file)."""
+    assert load_settings(_flags(), {}).kernel_warmup == "background"
+    assert load_settings(_flags(), {"DRA_EXTENDER_KERNEL_WARMUP": "Blocking"}).kernel_warmup == "blocking"
