@@ -681,9 +681,8 @@ class _ReferenceNode:
         return False
 
 
-def warm_up() -> float:
-    """Compile (or load from numba's cache) the kernel on a tiny input; returns the seconds taken."""
-    started = time.perf_counter()
+def tiny_inputs() -> FirstFitInputs:
+    """Two nodes of two rows, one claim asking for one device: the warm-up's input (and tests')."""
     rows = 4
     inputs = first_fit_inputs(
         node_start=np.array([0, 2, 4], np.int64),
@@ -703,5 +702,12 @@ def warm_up() -> float:
         constraint_applies=np.zeros((0, 1), np.uint8),
         constraint_values=np.zeros((0, rows), np.int32),
     )
+    return inputs
+
+
+def warm_up() -> float:
+    """Compile (or load from numba's cache) the kernel on a tiny input; returns the seconds taken."""
+    started = time.perf_counter()
+    inputs = tiny_inputs()
     _first_fit_kernel(inputs, nodes=np.array([0, 1], np.int64), max_work=100)
     return time.perf_counter() - started

@@ -106,25 +106,7 @@ def _call_every_entry_point() -> None:
         free=top.free,
     )
     topology.partition_terms(partitions, nodes=nodes, sets=np.array([[0, 1], [4, -1]], np.int64))
-    rows = 4
-    inputs = counters.first_fit_inputs(
-        node_start=np.array([0, 2, 4], np.int64),
-        claim_first_req=np.array([0, 1], np.int64),
-        req_first_slot=np.array([0], np.int64),
-        req_subs=np.array([0], np.int64),
-        slot_claim=np.array([0], np.int64),
-        slot_all=np.zeros(1, np.uint8),
-        slot_count=np.array([1], np.int64),
-        candidates=np.ones((1, rows), np.uint8),
-        free=np.ones(rows, np.uint8),
-        row_ptr=np.arange(rows + 1, dtype=np.int64),
-        row_counter=np.array([0, 0, 1, 1], np.int64),
-        row_amount=np.ones(rows, np.int64),
-        available=np.ones(2, np.int64),
-        constraint_kind=np.zeros(0, np.int64),
-        constraint_applies=np.zeros((0, 1), np.uint8),
-        constraint_values=np.zeros((0, rows), np.int32),
-    )
+    inputs = counters.tiny_inputs()
     counters.first_fit(inputs, nodes=np.array([0, 1], np.int64), max_work=100)
 
 
