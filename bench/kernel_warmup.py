@@ -53,6 +53,7 @@ def child(cluster: str, nodes: int, calls: int) -> dict[str, Any]:
     """Runs in the fresh process: build, then time the three phases (see the module docstring)."""
     from extender import wiring
     from extender.cluster.state import ClusterState
+    from extender.pods import parse_pod
     from extender.settings import Settings
     from kernels import warming
     from loadtests.generate import SHAPE_LABEL
@@ -85,7 +86,7 @@ def child(cluster: str, nodes: int, calls: int) -> dict[str, Any]:
         nonlocal seq
         for shape, entries in shapes.items():
             seq += 1
-            pod = entries[seq % len(entries)].instance("fresh", rng, seq)
+            pod = parse_pod(entries[seq % len(entries)].instance("fresh", rng, seq))
             t0 = time.perf_counter()
             verdict = placement.filter(pod, names)
             t1 = time.perf_counter()

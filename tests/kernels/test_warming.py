@@ -212,6 +212,7 @@ from kernels import counters, topology, warming
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.explaining import load_pods
+from extender.pods import parse_pod
 from extender.settings import Settings
 from extender.wiring import build_services
 
@@ -226,7 +227,7 @@ warming.warm_up_now()
 before = signatures()
 placement, binder = build_services(Settings(), ClusterState.from_objects(copy.deepcopy(sample_objects())))
 names = list(placement.index().node_names)
-for pod in load_pods(Path("tests/data/pipeline_pods.yaml")):
+for pod in map(parse_pod, load_pods(Path("tests/data/pipeline_pods.yaml"))):
     verdict = placement.filter(pod, names)
     if verdict.passed:
         placement.prioritize(pod, verdict.passed)
