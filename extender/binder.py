@@ -102,11 +102,9 @@ class InMemoryBinder:
         claims, allocations = choice.claims, choice.allocations
         consumer = {"resource": "pods", "name": pod.name or name, "uid": pod.uid or uid}
         for claim, allocation in zip(claims.pending, allocations, strict=True):
-            self._state.upsert(_allocated_claim(claim, allocation.allocation, consumer))
+            self._state.upsert(_allocated_claim(claim.source, allocation.allocation, consumer))
         for claim in claims.allocated:
-            original = self._state.get(
-                "ResourceClaim", claim["metadata"]["name"], claim["metadata"].get("namespace", "")
-            )
+            original = self._state.get("ResourceClaim", claim.name, claim.namespace)
             if original is not None:
                 self._state.upsert(_reserved_claim(original, consumer))
         bound = copy.deepcopy(pod.source)  # the object as stored or received: dicts stay at the edge

@@ -9,6 +9,12 @@ Malformed input gets the same treatment (defence in depth: the loaders already r
 objects, see `extender.validation`): a malformed pod, a claim the kube source refused, or a
 malformed claim found in the state make only the pods that use it unschedulable, with the
 validation message; allocation scans skip malformed results instead of failing every pod.
+
+The resolution is the claims' edge: it reads the stored objects and hands on `Claim` records
+(`parse_resource_claim`, once per claim and resolution), which the core reads; `Claim.source`
+keeps the object for the binders that write it back and for the allocator's own parse
+(`allocator.requests.parse_claim` into `ClaimSpec`). The held-device bookkeeping
+(`collect_allocated`, `held_devices`) reads the state's objects directly.
 """
 
 from __future__ import annotations
@@ -32,12 +38,65 @@ RESERVED_FOR_MAX = 256
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The ResourceClaim fields the core and the binders read. Build it with `parse_resource_claim`."""
+
+    namespace: str  # "default" when absent or empty
+    name: str  # '' when absent
+    uid: str  # '' when absent
+    allocated: bool  # status.allocation is a non-empty object
+    #: The allocation's nodeSelector (a NodeSelector object); None when unallocated, unset or empty.
+    node_selector: Obj | None = field(default=None, hash=False)
+    #: The `uid` of each `status.reservedFor` entry that is an object (None where it has none).
+    reserved_for: tuple[str | None, ...] = ()
+    #: The object as resolved (with an in-flight allocation merged into its status). Read by the
+    #: binders, which write it back, and by the allocator's `parse_claim`.
+    source: Obj = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    @property
+    def ref(self) -> str:
+        """namespace/name."""
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_resource_claim(obj: Any) -> Claim:
+    """The record of a ResourceClaim object; never raises (a field of the wrong type counts as absent)."""
+    source = obj if isinstance(obj, dict) else {}
+    meta = _mapping(source.get("metadata"))
+    status = _mapping(source.get("status"))
+    allocation = allocation_of(source)
+    selector = (allocation or {}).get("nodeSelector")
+    reserved = status.get("reservedFor")
+    return Claim(
+        namespace=_text(meta.get("namespace")) or "default",
+        name=_text(meta.get("name")),
+        uid=_text(meta.get("uid")),
+        allocated=allocation is not None,
+        node_selector=selector if isinstance(selector, dict) and selector else None,
+        reserved_for=tuple(
+            uid if isinstance(uid := r.get("uid"), str) else None
+            for r in (reserved if isinstance(reserved, list) else ())
+            if isinstance(r, dict)
+        ),
+        source=source,
+    )
+
+
+def _mapping(value: Any) -> Obj:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 @dataclass(slots=True)
 class PodClaims:
     """The claims of one pod, split by state. `problem` non-empty: unschedulable everywhere."""
 
-    pending: list[Obj] = field(default_factory=list)  # unallocated claims, in pod order
-    allocated: list[Obj] = field(default_factory=list)  # allocated claims the pod uses
+    pending: list[Claim] = field(default_factory=list)  # unallocated claims, in pod order
+    allocated: list[Claim] = field(default_factory=list)  # allocated claims the pod uses
     problem: str = ""
 
     @property
@@ -107,17 +166,18 @@ def resolve_pod_claims(pod: Pod, state: ClusterState, *, assumed: dict[str, Obj]
             claim_meta.get("uid", "")
         )
         if allocation:
-            reserved = (claim.get("status") or {}).get("reservedFor") or ()
-            if len(reserved) >= RESERVED_FOR_MAX and all(r.get("uid") != pod_uid for r in reserved):
+            record = parse_resource_claim(_with_allocation(claim, allocation))
+            reserved = record.reserved_for
+            if len(reserved) >= RESERVED_FOR_MAX and pod_uid not in reserved:
                 result.problem = "resourceclaim in use"
                 return result
-            result.allocated.append(_with_allocation(claim, allocation))
+            result.allocated.append(record)
         else:
             problem = _admin_access_problem(claim, state)
             if problem:
                 result.problem = problem
                 return result
-            result.pending.append(claim)
+            result.pending.append(parse_resource_claim(claim))
     return result
 
 
@@ -177,10 +237,10 @@ def _admin_access_problem(claim: Obj, state: ClusterState) -> str:
     )
 
 
-def allocation_fits_node(claim: Obj, node: Obj | None) -> bool:
+def allocation_fits_node(claim: Claim, node: Obj | None) -> bool:
     """An allocated claim is usable on a node iff its allocation's nodeSelector matches (or is unset)."""
-    selector = (allocation_of(claim) or {}).get("nodeSelector")
-    if not selector:
+    selector = claim.node_selector
+    if selector is None:
         return True
     return node is not None and selector_matches(node, selector)
 

@@ -85,9 +85,9 @@ def explain(
         return "\n".join(lines)
     claims = evaluation.claims
     if claims.allocated:
-        lines.append("  already allocated: " + ", ".join(_ref(c) for c in claims.allocated))
+        lines.append("  already allocated: " + ", ".join(c.ref for c in claims.allocated))
     if claims.pending:
-        lines.append("  to allocate: " + ", ".join(_ref(c) for c in claims.pending))
+        lines.append("  to allocate: " + ", ".join(c.ref for c in claims.pending))
     if not claims.uses_claims:
         lines.append("  uses no ResourceClaims: every node passes")
     priorities = {h.host: h.score for h in placement.prioritize(record, names)}
@@ -120,11 +120,6 @@ def explain(
             lines.append(f"      {allocation.claim.ref}: {devices}")
     lines.append(f"  {passed} of {len(names)} node(s) pass")
     return "\n".join(lines)
-
-
-def _ref(claim: Obj) -> str:
-    meta = claim.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

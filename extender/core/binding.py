@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING
 
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
-from extender.claims import PodClaims, allocation_fits_node, claim_ref, resolve_pod_claims
+from extender.claims import Claim, PodClaims, allocation_fits_node, resolve_pod_claims
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
 from extender.core.scoring import FIRST_FIT, PARTITION
 from extender.core.searching import Search
 from extender.core.view import ClusterView
-from extender.objects import Obj
 from extender.pods import Pod
 from extender.verdicts import CLAIM_GONE, NO_FIT, NODE_GONE
 
@@ -77,7 +76,7 @@ def choose_for_bind(
     node: str,
     *,
     wording: Wording,
-    admit_allocated: Callable[[Obj], None] | None = None,
+    admit_allocated: Callable[[Claim], None] | None = None,
 ) -> BindChoice:
     """Resolve the pod's claims, check the node and the claims already allocated, evaluate the pod
     on the node and choose the allocations of its pending claims.
@@ -98,7 +97,7 @@ def choose_for_bind(
         raise BindRefusal(wording.node_gone.format(node=node), NODE_GONE)
     for claim in claims.allocated:
         if not allocation_fits_node(claim, node_obj):
-            raise BindRefusal(f"resourceclaim {claim_ref(claim)} not available on node {node}", NO_FIT)
+            raise BindRefusal(f"resourceclaim {claim.ref} not available on node {node}", NO_FIT)
         if admit_allocated is not None:
             admit_allocated(claim)
     if not claims.pending:

@@ -110,7 +110,7 @@ def evaluation_of(pod: Pod, state: ClusterState, assumed: AssumeCache) -> PodEva
     evaluation = PodEvaluation(pod=pod, claims=claims, specs=[], problem=claims.problem)
     if not evaluation.problem:
         try:
-            evaluation.specs = [parse_claim(c) for c in claims.pending]
+            evaluation.specs = [parse_claim(c.source) for c in claims.pending]
         except (ValueError, TypeError) as exc:
             evaluation.problem = reasons.invalid_claim(exc)
     return evaluation

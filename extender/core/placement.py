@@ -26,6 +26,7 @@ import numpy as np
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
+from extender.claims import Claim
 from extender.cluster.state import ClusterState
 from extender.core import binding, gang, scoring, tiers
 from extender.core.assumed import AssumeCache
@@ -38,7 +39,6 @@ from extender.core.tiers import FirstFitTier, KernelTier, SearchTier, Tier, Vect
 from extender.core.view import ClusterView, Generation
 from extender.index.snapshot import DeviceIndex
 from extender.index.topology import TopologyModel, TopologySettings
-from extender.objects import Obj
 from extender.pods import Pod
 from extender.verdicts import FilterVerdict, HostScore, PlacementStats
 from extender.worker import PlacementWorker
@@ -187,7 +187,7 @@ class Placement:
         node: str,
         *,
         wording: binding.Wording,
-        admit_allocated: Callable[[Obj], None] | None = None,
+        admit_allocated: Callable[[Claim], None] | None = None,
     ) -> binding.BindChoice:
         """What bind writes for the pod on the node, or `binding.BindRefusal` (see there)."""
         return binding.choose_for_bind(self, pod, node, wording=wording, admit_allocated=admit_allocated)

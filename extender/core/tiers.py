@@ -24,7 +24,7 @@ import numpy as np
 from extender import telemetry
 from extender.allocator.allocating import SearchStats
 from extender.allocator.inputs import AllocatedState
-from extender.claims import allocation_fits_node, claim_ref
+from extender.claims import allocation_fits_node
 from extender.core import feasibility, firstfit, reasons, scoring
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
@@ -250,7 +250,7 @@ def decide(
         node = index.nodes.get(name) or bare_node(name)
         unusable = next((c for c in evaluation.claims.allocated if not allocation_fits_node(c, node)), None)
         if unusable is not None:
-            evaluation.verdicts[name] = reasons.claim_unavailable(claim_ref(unusable))
+            evaluation.verdicts[name] = reasons.claim_unavailable(unusable.ref)
         elif not evaluation.specs:
             evaluation.verdicts[name] = NodeVerdict(PASSED)
         else:

@@ -59,7 +59,7 @@ from typing import Any, Protocol, TypeVar
 from kubernetes import client
 
 from extender import telemetry
-from extender.claims import DELETE_PROTECTION_FINALIZER, RESERVED_FOR_MAX, same_devices
+from extender.claims import DELETE_PROTECTION_FINALIZER, RESERVED_FOR_MAX, Claim, same_devices
 from extender.cluster.state import ClusterState
 from extender.core import binding
 from extender.core.placement import Placement
@@ -262,7 +262,7 @@ class KubeBinder:
         self._prune_assumed()
         writes: list[_ClaimWrite] = []
 
-        def admit(claim: Obj) -> None:
+        def admit(claim: Claim) -> None:
             write = self._reservation(claim, consumer)
             if write is not None:
                 writes.append(write)
@@ -275,26 +275,23 @@ class KubeBinder:
             raise BindFailure(exc.message, exc.reason) from None
         assumed: list[str] = []
         for claim, chosen in zip(choice.claims.pending, choice.allocations, strict=True):
-            meta = claim.get("metadata") or {}
-            claim_uid = meta.get("uid", "")
-            self._placement.assumed.assume(claim_uid, chosen.allocation, pod_uid=consumer["uid"])
-            assumed.append(claim_uid)
+            self._placement.assumed.assume(claim.uid, chosen.allocation, pod_uid=consumer["uid"])
+            assumed.append(claim.uid)
             writes.append(
                 _ClaimWrite(
-                    namespace=meta.get("namespace") or "default",
-                    name=meta.get("name", ""),
-                    uid=claim_uid,
+                    namespace=claim.namespace,
+                    name=claim.name,
+                    uid=claim.uid,
                     allocation=chosen.allocation,
-                    current=claim,
+                    current=claim.source,
                 )
             )
         return writes, assumed
 
-    def _reservation(self, claim: Obj, consumer: dict[str, str]) -> _ClaimWrite | None:
+    def _reservation(self, claim: Claim, consumer: dict[str, str]) -> _ClaimWrite | None:
         """The write that adds the pod to an allocated claim's reservedFor (None: already there)."""
-        meta = claim.get("metadata") or {}
-        namespace, name = meta.get("namespace") or "default", meta.get("name", "")
-        stored = self._state.get("ResourceClaim", name, namespace) or claim
+        namespace, name = claim.namespace, claim.name
+        stored = self._state.get("ResourceClaim", name, namespace) or claim.source
         status = stored.get("status") or {}
         if not status.get("allocation"):
             # Allocated only in the AssumeCache: another bind of ours is writing it right now.
@@ -303,7 +300,7 @@ class KubeBinder:
             )
         if _reserved(status, consumer["uid"]):
             return None  # default profile: the in-tree plugin reserved it in PreBind
-        return _ClaimWrite(namespace, name, meta.get("uid", ""), allocation=None, current=stored)
+        return _ClaimWrite(namespace, name, claim.uid, allocation=None, current=stored)
 
     def _prune_assumed(self) -> None:
         """Forget assumed entries of claims whose written allocation the watch now shows."""

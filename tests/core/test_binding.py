@@ -28,7 +28,7 @@ def test_one_allocation_per_pending_claim_on_a_node_that_fits() -> None:
     one, two = c.claim("one", 1), c.claim("two", 1)
     placement = c.placement(_cluster(one, two))
     choice = binding.choose_for_bind(placement, c.pod([one, two]), "a", wording=IN_MEMORY)
-    assert [claim["metadata"]["name"] for claim in choice.claims.pending] == ["one", "two"]
+    assert [claim.name for claim in choice.claims.pending] == ["one", "two"]
     assert [a.claim.ref for a in choice.allocations] == ["default/one", "default/two"]
     devices = [r.device.name for a in choice.allocations for r in a.devices]
     assert sorted(devices) == ["gpu-0", "gpu-1"]
@@ -79,7 +79,7 @@ def test_an_allocated_claim_elsewhere_is_no_fit_and_admitted_claims_are_seen_in_
     with pytest.raises(BindRefusal) as caught:
         binding.choose_for_bind(
             placement, c.pod([on_a, on_b]), "a", wording=WATCHED,
-            admit_allocated=lambda claim: admitted.append(claim["metadata"]["name"]),
+            admit_allocated=lambda claim: admitted.append(claim.name),
         )  # fmt: skip
     assert (caught.value.message, caught.value.reason) == (
         "resourceclaim default/on-b not available on node a",
@@ -92,7 +92,7 @@ def test_without_pending_claims_nothing_is_evaluated() -> None:
     on_a = c.held("on-a", "a", ["gpu-0"], pod_uid="pod-uid")
     placement = c.placement(_cluster(on_a))
     choice = binding.choose_for_bind(placement, c.pod([on_a]), "a", wording=IN_MEMORY)
-    assert choice.allocations == [] and [x["metadata"]["name"] for x in choice.claims.allocated] == ["on-a"]
+    assert choice.allocations == [] and [x.name for x in choice.claims.allocated] == ["on-a"]
     assert len(placement.evaluations) == 0
 
 
