@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from extender.allocator.model import Device
 from extender.objects import Obj
 from extender.pods import Pod, parse_pod
 
@@ -140,7 +141,7 @@ def _size(annotations: Mapping[str, str], settings: GangSettings) -> int | None:
 
 
 def node_cliques(
-    nodes: Mapping[str, Obj], devices_of: Mapping[str, Iterable[Any]], settings: GangSettings | None = None
+    nodes: Mapping[str, Obj], devices_of: Mapping[str, Iterable[Device]], settings: GangSettings | None = None
 ) -> dict[str, str]:
     """node name -> clique, for the nodes that have one (label first, then a device attribute).
 
@@ -157,8 +158,8 @@ def node_cliques(
             out[name] = str(value)
             continue
         for device in devices_of.get(name, ()):
-            attrs = getattr(device, "attributes", None) or {}
-            own = getattr(getattr(device, "id", None), "driver", None) == driver
+            attrs = device.attributes
+            own = device.id.driver == driver
             found = attrs.get(settings.clique_attribute) or (attrs.get(local) if own and local else None)
             text = _attribute_text(found)
             if text:

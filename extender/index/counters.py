@@ -276,10 +276,7 @@ def _incomplete_nodes(index: DeviceIndex) -> np.ndarray:
         pools = index.pools.get(name)
         if pools is None:
             continue
-        shared = getattr(pools, "shared", None)
-        if shared is None:  # a plain list of pools
-            out[position] = any(p.incomplete for p in pools)
-            continue
+        shared = pools.shared
         cached = shared_flags.get(id(shared))
         if cached is None:
             cached = (False, frozenset(p.id for p in shared if p.incomplete))

@@ -240,6 +240,17 @@ class DeviceIndex:
         self.node_has_invalid_pool = np.array(invalid, dtype=bool)
         self._build_rows()
         self._masks: dict[tuple[str, tuple[str, ...]], SelectorMask] = {}
+        # The previous generation's masks, row ranges of re-used blocks, class selectors and blocks
+        # (`carry_masks_from`); None for an index built from nothing.
+        self._carry: (
+            tuple[
+                dict[tuple[str, tuple[str, ...]], SelectorMask],
+                dict[int, tuple[int, int]],
+                dict[str, tuple[str, ...]],
+                dict[str, _NodeBlock],
+            ]
+            | None
+        ) = None
         self._attribute_codes: dict[str, np.ndarray] = {}
         # id(raw ResourceSlice) -> parsed Slice; lets the next build skip unchanged slices.
         self.parsed_by_raw: dict[int, Slice] = {}
@@ -337,7 +348,7 @@ class DeviceIndex:
         self, key: tuple[str, tuple[str, ...]], class_name: str, class_exprs: tuple[str, ...]
     ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]] | None:
         """(match, error, row ranges still to evaluate) from the previous generation, or None."""
-        carry = getattr(self, "_carry", None)
+        carry = self._carry
         if carry is None:
             return None
         masks, spans, classes, _ = carry

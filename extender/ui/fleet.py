@@ -204,7 +204,7 @@ def _partitions(
     """
     capacity: dict[tuple[str, str], dict[str, Quantity]] = {}
     for pool in pools:
-        for set_name, counters in (getattr(pool, "counter_sets", None) or {}).items():
+        for set_name, counters in pool.counter_sets.items():
             capacity[(str(pool.id), set_name)] = counters
     consumers: dict[tuple[str, str], list[tuple[Device, Fraction]]] = {}
     used: dict[tuple[str, str], dict[str, Quantity]] = {}
