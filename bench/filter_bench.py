@@ -182,7 +182,7 @@ def _by_shape(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 
 
 def _shape(pod: Obj) -> str:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(SHAPE_LABEL, "?")
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(SHAPE_LABEL, "?"))
 
 
 def load_cluster(nodes: int, seed: int, pods: int, *, freeze: bool = True) -> Cluster:

@@ -101,7 +101,7 @@ def cluster_objects(racks: int, trays: int) -> tuple[list[Obj], list[str], dict[
     give equal objects.
     """
     ids = _Ids(random.Random(f"gang-cluster-{racks}x{trays}"))
-    selectors = {DEVICE_CLASS: ('device.driver == "gpu.nvidia.com"',)}
+    selectors: dict[str, tuple[str, ...]] = {DEVICE_CLASS: ('device.driver == "gpu.nvidia.com"',)}
     objects: list[Obj] = [_namespace(ids), *_device_classes(ids, selectors)]
     names: list[str] = []
     clique_of: dict[str, str] = {}
@@ -148,7 +148,7 @@ def make_trace(*, gpus: int, steps: int, load: float, mean_lifetime: float, seed
 # ----------------------------------------------------------------------------- scheduling
 def _member(gang: Gang, index: int) -> tuple[Obj, Obj]:
     name = f"{gang.name}-{index:02d}"
-    claim = {
+    claim: Obj = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {

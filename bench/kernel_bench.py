@@ -159,8 +159,10 @@ def shape_inputs(index: Index, shape: str) -> tuple[topology.TopologyInputs, top
 
 def machine() -> dict[str, Any]:
     """The machine as `bench.filter_bench` reports it, plus numba's version and thread settings."""
+    threading_layer: str
     try:
-        threading_layer = numba.threading_layer()
+        # numba exports it at run time but leaves it out of its typed interface.
+        threading_layer = numba.threading_layer()  # type: ignore[attr-defined]
     except ValueError:  # before the first parallel call
         threading_layer = "not initialised"
     return machine_facts() | {

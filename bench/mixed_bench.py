@@ -222,7 +222,7 @@ class Workload:
 
 
 def _shape(pod: Obj) -> str:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(SHAPE_LABEL, "?")
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(SHAPE_LABEL, "?"))
 
 
 def measure_shapes(client: Client, bodies: Bodies, work: Workload, calls: int) -> dict[str, Obj]:

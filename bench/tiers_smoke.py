@@ -186,7 +186,7 @@ SHAPES: dict[str, Obj] = {
 
 
 def _pod_and_claim(shape: str, number: int) -> tuple[Obj, Obj]:
-    claim = {
+    claim: Obj = {
         "kind": "ResourceClaim",
         "metadata": {"name": f"{shape}-{number}", "namespace": NAMESPACE, "uid": f"{shape}-claim-{number}"},
         "spec": {"devices": SHAPES[shape]},

@@ -180,7 +180,7 @@ def _a100_devices(ids: _Ids, gpu: int) -> list[Obj]:
     """The full GPU `gpu` and its 14 MIG placements, all consuming the GPU's counter set."""
     parent = f"GPU-{ids.uid()}"
     common = _a100_common(gpu)
-    devices = [
+    devices: list[Obj] = [
         {
             "attributes": {
                 **common,

@@ -176,7 +176,7 @@ def load_pods(path: Path | None) -> list[Obj]:
 def pod_shape(pod: Obj) -> str:
     """The claim shape of a pod: the generator's shape label, else the pod's name (sample pods)."""
     meta = pod.get("metadata") or {}
-    return (meta.get("labels") or {}).get(SHAPE_LABEL) or meta.get("name", "")
+    return str((meta.get("labels") or {}).get(SHAPE_LABEL) or meta.get("name", ""))
 
 
 def select_shapes(pods: list[Obj], wanted: Iterable[str]) -> list[Obj]:
