@@ -25,7 +25,6 @@ import numpy as np
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import ALL, EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.taints import all_tolerated
-from extender.core import reasons
 from extender.index.counters import CounterColumns, counter_columns
 from extender.index.snapshot import DeviceIndex
 from kernels import counters as kernel
@@ -276,36 +275,6 @@ def preference(pod: FirstFitPlan, chosen_slot: np.ndarray) -> np.ndarray:
     present = (chosen_slot[:, :, None] == subs[None, None, :]).any(axis=1)
     score: np.ndarray = (present * (8 - pod.slot_sub[subs])).sum(axis=1) / (8 * pod.prioritized_requests)
     return score
-
-
-def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:
-    """Per node: the first request the node lacks devices for even with all free ("" if none or
-    unsure), vectorised over nodes. Upstream's search tier asks it about one node at a time."""
-    num_nodes = len(index.node_names)
-    out = [""] * len(positions)
-    open_ = np.ones(len(positions), dtype=bool)
-    for claim in specs:
-        for request in claim.requests:
-            options = [request.exactly] if request.exactly is not None else list(request.first_available)
-            if not options:
-                continue
-            short = np.ones(len(positions), dtype=bool)
-            unsure = np.zeros(len(positions), dtype=bool)
-            for spec in options:
-                if spec.class_name not in index.classes:
-                    unsure[:] = True
-                    continue
-                mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
-                found = np.bincount(index.row_node[mask.match], minlength=num_nodes)[positions]
-                unsure |= (np.bincount(index.row_node[mask.error], minlength=num_nodes)[positions]) > 0
-                short &= found < max(spec.count, 1)
-            open_ &= ~unsure  # upstream's helper gives up on the node at the first unsure request
-            first = options[0]
-            need = first.count if first.mode == EXACT_COUNT else 1
-            for i in np.flatnonzero(open_ & short):
-                out[i] = reasons.shortage(claim.ref, request.name, need, first.class_name)
-            open_ &= ~short
-    return out
 
 
 class FirstFitBook:

@@ -241,22 +241,39 @@ def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) ->
 
 
 def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:
-    """Per node position: the first exact request the node lacks devices for, even all free ("").
+    """Per node position: the first request the node lacks devices for even with all free ("" if
+    none, or unsure), vectorised over nodes; every tier words its "N device(s) of class X" from it.
 
-    Vectorised over nodes (one count per request and node), for pods the kernels model.
+    A device counts when the request selects it and tolerates its taints (`selected_rows`), as
+    upstream's search sees it. A request with a firstAvailable list is short when every
+    subrequest is. Like upstream's helper, the answer for a node stops at the first request it
+    cannot be sure of (a selector error on one of its devices, an unknown class).
     """
     num_nodes = len(index.node_names)
     out = [""] * len(positions)
+    open_ = np.ones(len(positions), dtype=bool)
     for claim in specs:
         for request in claim.requests:
-            spec = request.exactly
-            if spec is None or spec.class_name not in index.classes:
+            options = [request.exactly] if request.exactly is not None else list(request.first_available)
+            if not options:
                 continue
-            selected, _ = selected_rows(index, spec)
-            have = np.bincount(index.row_node[selected], minlength=num_nodes)[positions]
-            for i in np.flatnonzero(have < spec.count):
-                if not out[i]:
-                    out[i] = reasons.shortage(claim.ref, spec.name, spec.count, spec.class_name)
+            short = np.ones(len(positions), dtype=bool)
+            unsure = np.zeros(len(positions), dtype=bool)
+            for spec in options:
+                if spec.class_name not in index.classes:
+                    unsure[:] = True
+                    continue
+                mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+                selected, _ = selected_rows(index, spec)
+                found = np.bincount(index.row_node[selected], minlength=num_nodes)[positions]
+                unsure |= (np.bincount(index.row_node[mask.error], minlength=num_nodes)[positions]) > 0
+                short &= found < max(spec.count, 1)
+            open_ &= ~unsure
+            first = options[0]
+            need = first.count if first.mode == EXACT_COUNT else 1
+            for i in np.flatnonzero(open_ & short):
+                out[i] = reasons.shortage(claim.ref, request.name, need, first.class_name)
+            open_ &= ~short
     return out
 
 

@@ -175,7 +175,7 @@ class FirstFitTier:
             return search
         failed = [names[i] for i in none]
         if_free = firstfit.run(plan, index, free, positions[none], nothing_held=True).status
-        short = firstfit.short_requests(evaluation.specs, index, positions[none])
+        short = scoring.short_requests(evaluation.specs, index, positions[none])
         refs = reasons.claim_refs(evaluation.specs)
         for i, name in enumerate(failed):
             if if_free[i] == counter_kernels.STATUS_UNKNOWN:
@@ -226,7 +226,7 @@ class SearchTier:
         refs = reasons.claim_refs(evaluation.specs)
         position = index.node_pos.get(name)
         short = (
-            firstfit.short_requests(evaluation.specs, index, np.array([position], dtype=np.int64))[0]
+            scoring.short_requests(evaluation.specs, index, np.array([position], dtype=np.int64))[0]
             if position is not None
             else ""
         )

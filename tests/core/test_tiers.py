@@ -7,6 +7,7 @@ from extender.core.evaluation import PodEvaluation
 from extender.core.placement import Placement
 from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE
 from extender.core.tiers import FirstFitTier, KernelTier, SearchTier, VectorisedTier
+from tests.allocator import builders
 from tests.core import small_cluster as c
 
 NUMA = [{"requests": ["r"], "matchAttribute": f"{c.DRIVER}/numa"}]
@@ -115,3 +116,42 @@ def test_both_kernel_tiers_agree_with_filter() -> None:
         tier.decide(evaluation, placement.view.snapshot(), ["a", "b", "c"], INF)
         assert evaluation.verdicts["a"].status == PASSED, tier
         assert {n: evaluation.verdicts[n].reason for n in ("b", "c")} == verdict.unresolvable, tier
+
+
+def _tainted_cluster(claim: c.Obj) -> list[c.Obj]:
+    """Node "t" has two GPUs, both with a taint the pod does not tolerate; node "a" two clean ones."""
+    tainted = c.gpus("t", 2, numa=[0, 0])
+    for made in tainted:
+        for device in made["spec"]["devices"]:
+            device["taints"] = [{"key": "broken", "value": "x", "effect": "NoSchedule"}]
+    return [c.node("t"), *tainted, c.node("a"), *c.gpus("a", 2, numa=[0, 0]), c.gpu_class(), claim]
+
+
+def test_every_tier_words_untolerated_tainted_devices_as_missing() -> None:
+    """Devices a request cannot use because of their taints do not count as the node's, whichever
+    tier decides: the vectorised check (plain count), the topology kernel (a constraint), the
+    first-fit kernel (firstAvailable, All) and upstream's search, run alone."""
+    first_available = {"name": "r", "firstAvailable": [{"name": "two", "deviceClassName": c.GPU, "count": 2}]}
+    every = {"name": "r", "exactly": {"deviceClassName": c.GPU, "allocationMode": "All"}}
+    claims = {
+        "plain": (c.claim("plain", 2), 2),
+        "constrained": (c.claim("constrained", 2, constraints=NUMA), 2),
+        "first-available": (
+            {**builders.claim("first-available", [first_available]), "kind": "ResourceClaim"},
+            2,
+        ),
+        "all": ({**builders.claim("all", [every]), "kind": "ResourceClaim"}, 1),
+    }
+    for name, (claim, need) in claims.items():
+        expected = (
+            f"cannot allocate all claims: claim default/{name}, request r: {need} device(s) of class gpu "
+            "do not exist on the node"
+        )
+        placement = c.placement(_tainted_cluster(claim))
+        verdict = placement.filter(c.pod([claim]), ["t", "a"])
+        assert verdict.passed == ["a"], name
+        assert verdict.unresolvable == {"t": expected}, name
+        alone = c.placement(_tainted_cluster(claim))
+        evaluation = alone.new_evaluation(c.pod([claim]))
+        SearchTier(alone.search).decide(evaluation, alone.view.snapshot(), ["t"], INF)
+        assert evaluation.verdicts["t"].reason == expected, name
