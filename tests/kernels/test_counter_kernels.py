@@ -9,8 +9,6 @@ and the budget hand-off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 import numpy as np
 import pytest
 
@@ -19,38 +17,15 @@ from kernels import counters
 FOUND, NONE, UNKNOWN = counters.STATUS_FOUND, counters.STATUS_NONE, counters.STATUS_UNKNOWN
 
 
-@dataclass
-class Case:
-    node_start: np.ndarray
-    claim_first_req: np.ndarray
-    req_first_slot: np.ndarray
-    req_subs: np.ndarray
-    slot_claim: np.ndarray
-    slot_all: np.ndarray
-    slot_count: np.ndarray
-    candidates: np.ndarray
-    free: np.ndarray
-    row_ptr: np.ndarray
-    row_counter: np.ndarray
-    row_amount: np.ndarray
-    available: np.ndarray
-    constraint_kind: np.ndarray
-    constraint_applies: np.ndarray
-    constraint_values: np.ndarray
-
-    def inputs(self) -> counters.FirstFitInputs:
-        """The case as the kernel's record, as given (not converted: the input checks must see it)."""
-        return counters.FirstFitInputs(**{f.name: getattr(self, f.name) for f in fields(self)})
-
-    def nodes(self) -> np.ndarray:
-        return np.arange(len(self.node_start) - 1, dtype=np.int64)
+def all_nodes(case: counters.FirstFitInputs) -> np.ndarray:
+    return np.arange(len(case.node_start) - 1, dtype=np.int64)
 
 
 def i64(values: list[int]) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
-def random_case(rng: np.random.Generator) -> Case:
+def random_case(rng: np.random.Generator) -> counters.FirstFitInputs:
     num_nodes = int(rng.integers(1, 6))
     sizes = rng.integers(0, 9, size=num_nodes)
     node_start = np.zeros(num_nodes + 1, dtype=np.int64)
@@ -97,7 +72,7 @@ def random_case(rng: np.random.Generator) -> Case:
             kinds.append(int(rng.integers(0, 2)))
             applies.append([int(slot_claim[s] == c and rng.random() < 0.8) for s in range(slots)])
             values.append(rng.integers(-1, 3, size=rows))
-    return Case(
+    return counters.FirstFitInputs(
         node_start=node_start,
         claim_first_req=i64(claim_first_req),
         req_first_slot=i64(req_first_slot),
@@ -117,12 +92,15 @@ def random_case(rng: np.random.Generator) -> Case:
     )
 
 
-def both(case: Case, max_work: int = 10**6, max_per_claim: int = 32, nodes: np.ndarray | None = None):
-    nodes = case.nodes() if nodes is None else nodes
-    fast = counters.first_fit(case.inputs(), nodes=nodes, max_work=max_work, max_per_claim=max_per_claim)
-    slow = counters.first_fit_reference(
-        case.inputs(), nodes=nodes, max_work=max_work, max_per_claim=max_per_claim
-    )
+def both(
+    case: counters.FirstFitInputs,
+    max_work: int = 10**6,
+    max_per_claim: int = 32,
+    nodes: np.ndarray | None = None,
+):
+    nodes = all_nodes(case) if nodes is None else nodes
+    fast = counters.first_fit(case, nodes=nodes, max_work=max_work, max_per_claim=max_per_claim)
+    slow = counters.first_fit_reference(case, nodes=nodes, max_work=max_work, max_per_claim=max_per_claim)
     for a, b in zip(fast, slow, strict=True):
         np.testing.assert_array_equal(a, b)
     return fast
@@ -149,11 +127,11 @@ def test_random_cases_reach_every_status() -> None:
     assert seen == {FOUND, NONE, UNKNOWN}
 
 
-def mig_node(free: list[int] | None = None, available: list[int] | None = None) -> Case:
+def mig_node(free: list[int] | None = None, available: list[int] | None = None) -> counters.FirstFitInputs:
     """One node, one GPU of 8 memory slices: rows 0 = full GPU (8), 1-2 = 4-slice, 3-6 = 2-slice."""
     amounts = [8, 4, 4, 2, 2, 2, 2]
     rows = len(amounts)
-    return Case(
+    return counters.FirstFitInputs(
         node_start=i64([0, rows]),
         claim_first_req=i64([0, 1]),
         req_first_slot=i64([0]),
@@ -175,14 +153,14 @@ def mig_node(free: list[int] | None = None, available: list[int] | None = None) 
 
 def test_partitions_share_the_parent_counter() -> None:
     case = mig_node()
-    case.slot_count = i64([3])
+    case = case._replace(slot_count=i64([3]))
     status, chosen, _ = both(case)
     # The full GPU (8) leaves nothing; first fit backtracks to 4 + 2 + 2.
     assert status[0] == FOUND and chosen[0, :3].tolist() == [1, 3, 4]
-    case.slot_count = i64([4])
+    case = case._replace(slot_count=i64([4]))
     status, chosen, _ = both(case)
     assert status[0] == FOUND and chosen[0, :4].tolist() == [3, 4, 5, 6]
-    case.slot_count = i64([5])
+    case = case._replace(slot_count=i64([5]))
     assert both(case)[0][0] == NONE
 
 
@@ -190,23 +168,23 @@ def test_held_consumption_shrinks_what_is_available() -> None:
     case = mig_node(free=[1, 0, 1, 1, 1, 1, 1], available=[4])  # a held 4-slice partition
     status, chosen, _ = both(case)
     assert status[0] == FOUND and chosen[0, 0] == 2  # the full GPU no longer fits
-    case.slot_count = i64([3])
+    case = case._replace(slot_count=i64([3]))
     assert both(case)[0][0] == NONE
 
 
 def test_first_available_falls_back_and_backtracks_across_requests() -> None:
     # Request 0: firstAvailable [full GPU, a 4-slice]; request 1: two 2-slice partitions.
     case = mig_node()
-    case.claim_first_req = i64([0, 2])
-    case.req_first_slot = i64([0, 2])
-    case.req_subs = i64([2, 0])
-    case.slot_claim = i64([0, 0, 0])
-    case.slot_all = np.zeros(3, np.uint8)
-    case.slot_count = i64([1, 1, 2])
-    case.candidates = np.array(
-        [[1, 0, 0, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 1]], np.uint8
+    case = case._replace(
+        claim_first_req=i64([0, 2]),
+        req_first_slot=i64([0, 2]),
+        req_subs=i64([2, 0]),
+        slot_claim=i64([0, 0, 0]),
+        slot_all=np.zeros(3, np.uint8),
+        slot_count=i64([1, 1, 2]),
+        candidates=np.array([[1, 0, 0, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 1]], np.uint8),
+        constraint_applies=np.zeros((0, 3), np.uint8),
     )
-    case.constraint_applies = np.zeros((0, 3), np.uint8)
     status, chosen, slots = both(case)
     # The full GPU fits request 0 but starves request 1: upstream backtracks to the 4-slice.
     assert status[0] == FOUND
@@ -215,51 +193,61 @@ def test_first_available_falls_back_and_backtracks_across_requests() -> None:
 
 def test_all_mode_takes_every_selected_device_and_fails_on_a_held_one() -> None:
     case = mig_node(available=[100])
-    case.slot_all = np.ones(1, np.uint8)
-    case.slot_count = i64([0])
-    case.candidates = np.array([[0, 1, 1, 0, 0, 0, 0]], np.uint8)
+    case = case._replace(
+        slot_all=np.ones(1, np.uint8),
+        slot_count=i64([0]),
+        candidates=np.array([[0, 1, 1, 0, 0, 0, 0]], np.uint8),
+    )
     status, chosen, _ = both(case)
     assert status[0] == FOUND and chosen[0, :3].tolist() == [1, 2, -1]
-    case.free = np.array([1, 1, 0, 1, 1, 1, 1], np.uint8)
+    case = case._replace(free=np.array([1, 1, 0, 1, 1, 1, 1], np.uint8))
     assert both(case)[0][0] == NONE
-    case.free = np.ones(7, np.uint8)
-    case.candidates = np.array([[0, 1, 2, 0, 0, 0, 0]], np.uint8)  # an untolerated taint
+    case = case._replace(
+        free=np.ones(7, np.uint8),
+        candidates=np.array([[0, 1, 2, 0, 0, 0, 0]], np.uint8),  # an untolerated taint
+    )
     assert both(case)[0][0] == NONE
-    case.candidates = np.zeros((1, 7), np.uint8)  # nothing selected: All fails
+    case = case._replace(candidates=np.zeros((1, 7), np.uint8))  # nothing selected: All fails
     assert both(case)[0][0] == NONE
 
 
 def test_constraint_failure_on_an_all_device_is_left_to_the_search() -> None:
     case = mig_node(available=[100])
-    case.slot_all = np.ones(1, np.uint8)
-    case.slot_count = i64([0])
-    case.candidates = np.array([[0, 1, 1, 0, 0, 0, 0]], np.uint8)
-    case.constraint_kind = i64([0])
-    case.constraint_applies = np.ones((1, 1), np.uint8)
-    case.constraint_values = np.array([[0, 1, 2, 0, 0, 0, 0]], np.int32)
+    case = case._replace(
+        slot_all=np.ones(1, np.uint8),
+        slot_count=i64([0]),
+        candidates=np.array([[0, 1, 1, 0, 0, 0, 0]], np.uint8),
+        constraint_kind=i64([0]),
+        constraint_applies=np.ones((1, 1), np.uint8),
+        constraint_values=np.array([[0, 1, 2, 0, 0, 0, 0]], np.int32),
+    )
     assert both(case)[0][0] == UNKNOWN  # upstream raises "cannot add device ... constraint"
 
 
 def test_match_and_distinct_constraints() -> None:
     case = mig_node(available=[100])
-    case.slot_count = i64([2])
-    case.constraint_kind = i64([0])
-    case.constraint_applies = np.ones((1, 1), np.uint8)
-    case.constraint_values = np.array([[0, 1, 2, 2, -1, 3, 3]], np.int32)
+    case = case._replace(
+        slot_count=i64([2]),
+        constraint_kind=i64([0]),
+        constraint_applies=np.ones((1, 1), np.uint8),
+        constraint_values=np.array([[0, 1, 2, 2, -1, 3, 3]], np.int32),
+    )
     status, chosen, _ = both(case)
     assert status[0] == FOUND and chosen[0, :2].tolist() == [2, 3]
-    case.constraint_kind = i64([1])
+    case = case._replace(constraint_kind=i64([1]))
     status, chosen, _ = both(case)
     assert status[0] == FOUND and chosen[0, :2].tolist() == [0, 1]
 
 
 def test_claim_limit_and_budget_hand_the_node_over() -> None:
     case = mig_node(available=[100])
-    case.slot_count = i64([3])
+    case = case._replace(slot_count=i64([3]))
     assert both(case, max_per_claim=2)[0][0] == UNKNOWN
-    case.slot_count = i64([7])
-    case.row_amount = i64([8, 4, 4, 2, 2, 2, 2])
-    case.available = i64([15])  # no 7 fit: an exhaustive failure
+    case = case._replace(
+        slot_count=i64([7]),
+        row_amount=i64([8, 4, 4, 2, 2, 2, 2]),
+        available=i64([15]),  # no 7 fit: an exhaustive failure
+    )
     assert both(case, max_work=10**6)[0][0] == NONE
     assert both(case, max_work=5)[0][0] == UNKNOWN
 
@@ -279,14 +267,12 @@ def test_only_the_requested_nodes_are_solved() -> None:
 def test_bad_inputs_raise_clear_errors() -> None:
     case = mig_node()
     with pytest.raises(TypeError, match="free must be a 1-d uint8"):
-        counters.first_fit(
-            case.inputs()._replace(free=case.free.astype(bool)), nodes=case.nodes(), max_work=10
-        )
-    case.candidates = np.ones((2, 7), np.uint8)
+        counters.first_fit(case._replace(free=case.free.astype(bool)), nodes=all_nodes(case), max_work=10)
+    case = case._replace(candidates=np.ones((2, 7), np.uint8))
     with pytest.raises(ValueError, match="candidates must be"):
-        counters.first_fit(case.inputs(), nodes=case.nodes(), max_work=10)
+        counters.first_fit(case, nodes=all_nodes(case), max_work=10)
     with pytest.raises(ValueError, match="candidates must be"):
-        counters.first_fit_reference(case.inputs(), nodes=case.nodes(), max_work=10)
+        counters.first_fit_reference(case, nodes=all_nodes(case), max_work=10)
 
 
 def test_warm_up_compiles() -> None:
