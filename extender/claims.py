@@ -25,7 +25,7 @@ from typing import Any
 from extender.allocator.model import DeviceID
 from extender.allocator.nodeselection import selector_matches
 from extender.cluster.state import ClusterState
-from extender.objects import Obj
+from extender.objects import Obj, mapping_field, text_field
 from extender.pods import Pod
 from extender.quantity import Quantity
 from extender.validation import problems
@@ -63,15 +63,15 @@ class Claim:
 def parse_resource_claim(obj: Any) -> Claim:
     """The record of a ResourceClaim object; never raises (a field of the wrong type counts as absent)."""
     source = obj if isinstance(obj, dict) else {}
-    meta = _mapping(source.get("metadata"))
-    status = _mapping(source.get("status"))
+    meta = mapping_field(source.get("metadata"))
+    status = mapping_field(source.get("status"))
     allocation = allocation_of(source)
     selector = (allocation or {}).get("nodeSelector")
     reserved = status.get("reservedFor")
     return Claim(
-        namespace=_text(meta.get("namespace")) or "default",
-        name=_text(meta.get("name")),
-        uid=_text(meta.get("uid")),
+        namespace=text_field(meta.get("namespace")) or "default",
+        name=text_field(meta.get("name")),
+        uid=text_field(meta.get("uid")),
         allocated=allocation is not None,
         node_selector=selector if isinstance(selector, dict) and selector else None,
         reserved_for=tuple(
@@ -81,14 +81,6 @@ def parse_resource_claim(obj: Any) -> Claim:
         ),
         source=source,
     )
-
-
-def _mapping(value: Any) -> Obj:
-    return value if isinstance(value, dict) else {}
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 @dataclass(slots=True)

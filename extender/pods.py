@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from extender.objects import Obj
+from extender.objects import Obj, list_field, mapping_field, text_field
 from extender.validation import pod_problem
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -95,16 +95,16 @@ class Pod:
 def parse_pod(obj: Any) -> Pod:
     """The record of a pod object (decoded JSON or YAML); never raises (see module docstring)."""
     source = obj if isinstance(obj, dict) else {}
-    meta = _mapping(source.get("metadata"))
-    spec = _mapping(source.get("spec"))
-    status = _mapping(source.get("status"))
-    group = _mapping(spec.get("schedulingGroup")).get("podGroupName")
-    ref = _mapping(spec.get("workloadRef"))
+    meta = mapping_field(source.get("metadata"))
+    spec = mapping_field(source.get("spec"))
+    status = mapping_field(source.get("status"))
+    group = mapping_field(spec.get("schedulingGroup")).get("podGroupName")
+    ref = mapping_field(spec.get("workloadRef"))
     pod = Pod(
-        namespace=_text(meta.get("namespace")) or "default",
-        name=_text(meta.get("name")),
-        uid=_text(meta.get("uid")),
-        node_name=_text(spec.get("nodeName")),
+        namespace=text_field(meta.get("namespace")) or "default",
+        name=text_field(meta.get("name")),
+        uid=text_field(meta.get("uid")),
+        node_name=text_field(spec.get("nodeName")),
         labels=_labels(meta.get("labels")),
         annotations=_annotations(meta.get("annotations")),
         resource_claims=tuple(
@@ -113,12 +113,12 @@ def parse_pod(obj: Any) -> Pod:
                 _optional(e.get("resourceClaimName")),
                 _optional(e.get("resourceClaimTemplateName")),
             )
-            for e in _list(spec.get("resourceClaims"))
+            for e in list_field(spec.get("resourceClaims"))
             if isinstance(e, dict)
         ),
         resource_claim_statuses=tuple(
             PodResourceClaimStatus(_optional(s.get("name")), _optional(s.get("resourceClaimName")))
-            for s in _list(status.get("resourceClaimStatuses"))
+            for s in list_field(status.get("resourceClaimStatuses"))
             if isinstance(s, dict)
         ),
         pod_group_name=str(group) if group else "",
@@ -134,18 +134,6 @@ def parse_pod(obj: Any) -> Pod:
     if source is not obj:  # not an object at all: the problem says so
         pod._problem.append(pod_problem(obj))
     return pod
-
-
-def _mapping(value: Any) -> Obj:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def _optional(value: Any) -> str | None:
