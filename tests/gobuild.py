@@ -1,0 +1,148 @@
+"""Build the real programs the end-to-end and oracle tests run, from upstream's published Go modules.
+
+    python -m tests.gobuild [TARGET ...]     build (default: every target CI needs), print the paths
+    python -m tests.gobuild --list           name every target and where its binaries go
+
+Each target is a small Go module of ours under `tests/` that pins upstream's versions (go.mod and
+go.sum); nothing is fetched from anywhere but the Go module proxy. Binaries land in a cache
+directory outside the checkout, one folder per target keyed by its version and a hash of the
+module's own files, so a second build is a no-op and an edit to a pin or to our Go source rebuilds:
+
+    ${DRA_E2E_CACHE:-${XDG_CACHE_HOME:-~/.cache}/dra-topology-extender/go}/<target>-<key>/
+
+Go's own build and module caches (GOCACHE, GOMODCACHE) make a rebuild after a small change quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Target:
+    """One Go module of ours and the programs built from it."""
+
+    name: str
+    directory: Path
+    """The module's directory (where `go build` runs)."""
+    version: str
+    """Upstream's version the module pins (part of the cache key, for people reading the path)."""
+    packages: tuple[str, ...]
+    """Import paths of the main packages to build; each binary is named after its last element."""
+    modfile: str = "go.mod"
+    """The module file to build with (`-modfile`), so one source can be built at two versions."""
+    in_ci: bool = True
+    """Built by `.ci/run` (a target only a person builds says why in its module)."""
+
+    def binaries(self) -> dict[str, Path]:
+        out = output_dir(self)
+        return {_binary_name(p): out / _binary_name(p) for p in self.packages}
+
+
+def _binary_name(package: str) -> str:
+    return package.rstrip("/").rsplit("/", 1)[-1] if package not in (".", "./") else "oracle"
+
+
+_K8S_COMMANDS = tuple(
+    f"k8s.io/kubernetes/cmd/{c}" for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+)
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("kubernetes-1.36", TESTS / "e2e/build/k8s-1.36", "v1.36.3", _K8S_COMMANDS),
+        Target("kubernetes-1.37", TESTS / "e2e/build/k8s-1.37", "v1.37.2", _K8S_COMMANDS, in_ci=False),
+        Target("etcd", TESTS / "e2e/build/etcd", "v3.6", (".",)),
+        Target("jaeger", TESTS / "e2e/build/jaeger", "v1.76.0", ("github.com/jaegertracing/jaeger/cmd/jaeger",)),
+        Target("oracle-1.36", TESTS / "oracle", "v0.36.3", (".",), modfile="go.mod"),
+        Target("oracle-1.37", TESTS / "oracle", "v0.37.2", (".",), modfile="go137.mod"),
+    )
+}
+
+
+def cache_root() -> Path:
+    if env := os.environ.get("DRA_E2E_CACHE"):
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "dra-topology-extender" / "go"
+
+
+def module_key(target: Target) -> str:
+    """A hash of the module's own files: the pins (go.mod/go.sum) and our Go source."""
+    digest = hashlib.sha256()
+    digest.update(target.modfile.encode())
+    for path in sorted(target.directory.rglob("*")):
+        if path.is_file() and (path.suffix in (".go", ".mod", ".sum")):
+            digest.update(str(path.relative_to(target.directory)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def output_dir(target: Target) -> Path:
+    return cache_root() / f"{target.name}-{target.version}-{module_key(target)}"
+
+
+def built(target: Target) -> bool:
+    return all(path.is_file() for path in target.binaries().values())
+
+
+def build(target: Target, *, log: bool = True) -> dict[str, Path]:
+    """Build `target` unless its binaries are already in the cache; return them by name."""
+    if built(target):
+        return target.binaries()
+    out = output_dir(target)
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    # `-o DIR/` with one package writes DIR/<last element>; "." would be the module's name.
+    for package in target.packages:
+        name = _binary_name(package)
+        command = ["go", "build", "-trimpath", "-buildvcs=false", f"-modfile={target.modfile}", "-o", str(partial / name), package]
+        if log:
+            print(f"== {target.name}: {' '.join(command)}", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        subprocess.run(command, cwd=target.directory, check=True, env={**os.environ, "GOFLAGS": "-mod=readonly"})
+        if log:
+            print(f"   built {name} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    return target.binaries()
+
+
+def binaries(name: str) -> dict[str, Path]:
+    """The built binaries of target `name`, building them first when the cache lacks them."""
+    return build(TARGETS[name])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.gobuild", description=__doc__.split("\n")[0])
+    parser.add_argument("targets", nargs="*", help="targets to build (default: every target CI builds)")
+    parser.add_argument("--list", action="store_true", help="list the targets and their cache folders")
+    args = parser.parse_args(argv)
+    if args.list:
+        for target in TARGETS.values():
+            state = "built" if built(target) else "not built"
+            print(f"{target.name:16} {target.version:8} {'ci' if target.in_ci else '--'} {state:9} {output_dir(target)}")
+        return 0
+    unknown = [n for n in args.targets if n not in TARGETS]
+    if unknown:
+        parser.error(f"unknown target(s) {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+    names = args.targets or [t.name for t in TARGETS.values() if t.in_ci]
+    for name in names:
+        for binary, path in build(TARGETS[name]).items():
+            print(f"{name}\t{binary}\t{path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
