@@ -2,6 +2,9 @@
 
     python -m tests.gobuild [TARGET ...]     build (default: every target CI needs), print the paths
     python -m tests.gobuild --list           name every target and where its binaries go
+    python -m tests.gobuild --pin-kubernetes v1.37.2 DIR
+                                             write DIR/go.mod for k8s.io/kubernetes at that version
+                                             (then `go mod tidy` in DIR writes go.sum)
 
 Each target is a small Go module of ours under `tests/` that pins upstream's versions (go.mod and
 go.sum); nothing is fetched from anywhere but the Go module proxy. Binaries land in a cache
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,11 +51,14 @@ class Target:
 
     def binaries(self) -> dict[str, Path]:
         out = output_dir(self)
-        return {_binary_name(p): out / _binary_name(p) for p in self.packages}
+        return {self.binary_name(p): out / self.binary_name(p) for p in self.packages}
 
-
-def _binary_name(package: str) -> str:
-    return package.rstrip("/").rsplit("/", 1)[-1] if package not in (".", "./") else "oracle"
+    def binary_name(self, package: str) -> str:
+        """The last element of the import path; our own module's package (".") is named after
+        the target without its version (`etcd`, `oracle`)."""
+        if package in (".", "./"):
+            return self.name.split("-")[0]
+        return package.rstrip("/").rsplit("/", 1)[-1]
 
 
 _K8S_COMMANDS = tuple(
@@ -60,10 +68,10 @@ _K8S_COMMANDS = tuple(
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("kubernetes-1.36", TESTS / "e2e/build/k8s-1.36", "v1.36.3", _K8S_COMMANDS),
-        Target("kubernetes-1.37", TESTS / "e2e/build/k8s-1.37", "v1.37.2", _K8S_COMMANDS, in_ci=False),
-        Target("etcd", TESTS / "e2e/build/etcd", "v3.6", (".",)),
-        Target("jaeger", TESTS / "e2e/build/jaeger", "v1.76.0", ("github.com/jaegertracing/jaeger/cmd/jaeger",)),
+        Target("kubernetes-1.36", TESTS / "e2e/gomod/k8s-1.36", "v1.36.3", _K8S_COMMANDS),
+        Target("kubernetes-1.37", TESTS / "e2e/gomod/k8s-1.37", "v1.37.2", _K8S_COMMANDS, in_ci=False),
+        Target("etcd", TESTS / "e2e/gomod/etcd", "v3.6", (".",)),
+        Target("jaeger", TESTS / "e2e/gomod/jaeger", "v1.76.0", ("github.com/jaegertracing/jaeger/cmd/jaeger",)),
         Target("oracle-1.36", TESTS / "oracle", "v0.36.3", (".",), modfile="go.mod"),
         Target("oracle-1.37", TESTS / "oracle", "v0.37.2", (".",), modfile="go137.mod"),
     )
@@ -106,7 +114,7 @@ def build(target: Target, *, log: bool = True) -> dict[str, Path]:
     partial.mkdir(parents=True)
     # `-o DIR/` with one package writes DIR/<last element>; "." would be the module's name.
     for package in target.packages:
-        name = _binary_name(package)
+        name = target.binary_name(package)
         command = ["go", "build", "-trimpath", "-buildvcs=false", f"-modfile={target.modfile}", "-o", str(partial / name), package]
         if log:
             print(f"== {target.name}: {' '.join(command)}", file=sys.stderr, flush=True)
@@ -119,6 +127,41 @@ def build(target: Target, *, log: bool = True) -> dict[str, Path]:
     return target.binaries()
 
 
+_STAGING_REPLACE = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", re.MULTILINE)
+
+
+def kubernetes_module(version: str) -> str:
+    """go.mod text that builds upstream's control-plane commands at `version` (vX.Y.Z).
+
+    k8s.io/kubernetes points every `k8s.io/<staging>` module at its own ./staging tree, which a
+    dependent cannot see; the published staging modules carry the same code as v0.Y.Z, so each
+    is replaced by that version (what out-of-tree schedulers do). The `tool` lines keep the
+    commands' dependencies in go.sum."""
+    info = subprocess.run(
+        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], check=True, capture_output=True, text=True
+    )
+    upstream = Path(json.loads(info.stdout)["GoMod"]).read_text()
+    staging = sorted(set(_STAGING_REPLACE.findall(upstream)))
+    go_line = re.search(r"^go (\S+)$", upstream, re.MULTILINE)
+    staging_version = "v0." + version.removeprefix("v1.")
+    lines = [
+        f"// Written by `python -m tests.gobuild --pin-kubernetes {version}`; go.sum by `go mod tidy`.",
+        f"module dra-topology-extender/e2e/kubernetes-{version}",
+        "",
+        f"go {go_line.group(1) if go_line else '1.26'}",
+        "",
+        f"require k8s.io/kubernetes {version}",
+        "",
+        *(f"tool {package}" for package in _K8S_COMMANDS),
+        "",
+        "replace (",
+        *(f"\t{module} => {module} {staging_version}" for module in staging),
+        ")",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 def binaries(name: str) -> dict[str, Path]:
     """The built binaries of target `name`, building them first when the cache lacks them."""
     return build(TARGETS[name])
@@ -128,7 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.gobuild", description=__doc__.split("\n")[0])
     parser.add_argument("targets", nargs="*", help="targets to build (default: every target CI builds)")
     parser.add_argument("--list", action="store_true", help="list the targets and their cache folders")
+    parser.add_argument("--pin-kubernetes", nargs=2, metavar=("VERSION", "DIR"), help="write DIR/go.mod for k8s.io/kubernetes VERSION")
     args = parser.parse_args(argv)
+    if args.pin_kubernetes:
+        version, directory = args.pin_kubernetes
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        (Path(directory) / "go.mod").write_text(kubernetes_module(version))
+        print(f"wrote {directory}/go.mod; now run `go mod tidy` there", file=sys.stderr)
+        return 0
     if args.list:
         for target in TARGETS.values():
             state = "built" if built(target) else "not built"
