@@ -67,7 +67,7 @@ def _a100_node(ids: _Ids, number: int, name: str) -> list[Obj]:
         {
             "name": f"gpu-{i}-counters",
             "counters": {
-                **{f"memorySlice{k}": {"value": "1"} for k in range(8)},
+                **{f"memory-slice-{k}": {"value": "1"} for k in range(8)},
                 "multiprocessors": {"value": "98"},
             },
         }
@@ -80,7 +80,7 @@ def _a100_node(ids: _Ids, number: int, name: str) -> list[Obj]:
             {
                 "counterSet": f"gpu-{i}-counters",
                 "counters": {
-                    **{f"memorySlice{k}": {"value": "1"} for k in range(8)},
+                    **{f"memory-slice-{k}": {"value": "1"} for k in range(8)},
                     "multiprocessors": {"value": "98"},
                 },
             }
@@ -97,7 +97,7 @@ def _a100_node(ids: _Ids, number: int, name: str) -> list[Obj]:
                             "counterSet": f"gpu-{i}-counters",
                             "counters": {
                                 **{
-                                    f"memorySlice{k}": {"value": "1"}
+                                    f"memory-slice-{k}": {"value": "1"}
                                     for k in range(start, min(8, start + size))
                                 },
                                 "multiprocessors": {"value": "14"},

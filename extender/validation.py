@@ -374,9 +374,10 @@ def c_identifier(value: str) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def counter_name(value: str) -> str:
-    # Drivers use both styles (NVIDIA: `memorySlice0`; upstream's tests: `other-memory`).
-    if c_identifier(value) and dns_label(value):
-        return f"{value!r} is not a counter name (a C identifier or a DNS label)"
+    # Upstream validates counter names as DNS labels (validateCounterName is
+    # ValidateDNS1123Label): the real API server refuses `memorySlice0`, so file mode does too.
+    if dns_label(value):
+        return f"{value!r} is not a counter name (a DNS label)"
     return ""
 
 
@@ -575,7 +576,9 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
     )
     seen_sets: set[str] = set()
     for where, consumption in consumptions:
-        set_name = check.string(consumption.get("counterSet"), f"{where}.counterSet", required=True)
+        set_name = check.string(
+            consumption.get("counterSet"), f"{where}.counterSet", required=True, syntax=dns_label
+        )
         if set_name is not None:
             if set_name in seen_sets:
                 check.rule(f"{where}.counterSet", f"duplicate counter set {set_name}")

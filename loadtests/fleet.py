@@ -21,7 +21,7 @@ always gives the same composition; the seed shuffles the node order and every ui
 | `cpu` | 5 % | no devices |
 
 A100 pools: as the NVIDIA driver does with partitionable devices (dra.md §6.2, §3.6), every GPU
-has a counter set `gpu-<i>-counter-set` (`memory` 80Gi, `memorySlice0..7` = 1 each,
+has a counter set `gpu-<i>-counter-set` (`memory` 80Gi, `memory-slice-0..7` = 1 each,
 `multiprocessors` 108); the full GPU consumes all of it and each MIG placement the memory, the
 memory slices it covers and its multiprocessors, so overlapping placements and GPU-vs-MIG
 conflicts are excluded by the counter check. A slice holds devices or counters, never both, and at
@@ -152,7 +152,7 @@ def counter_set_name(gpu: int) -> str:
 
 def _counters(memory_gi: int, slices: range, multiprocessors: int) -> Obj:
     counters: Obj = {"memory": {"value": f"{memory_gi}Gi"}}
-    counters.update({f"memorySlice{i}": {"value": "1"} for i in slices})
+    counters.update({f"memory-slice-{i}": {"value": "1"} for i in slices})
     counters["multiprocessors"] = {"value": str(multiprocessors)}
     return counters
 

@@ -16,7 +16,7 @@ read (`extender.index.topology.DEFAULT_DRIVERS`), so locality tiers differ by no
 | `mi210` | 8 AMD MI210 | 2 xGMI hives of 4 (`xgmiHive`) | 2 | half |
 
 The A100 nodes are partitionable (DynamicMIG, dra.md §6.2 and §3.6): per GPU one counter set
-(`memorySlice0..7` of 1 each, `gpcs` of 7) in a slice of its own, and a device slice holding every
+(`memory-slice-0..7` of 1 each, `gpcs` of 7) in a slice of its own, and a device slice holding every
 whole GPU (`a100.nvidia.com`, consuming all of its counters) and every MIG placement of the A100
 80GB (`loadtests.fleet.MIG_PROFILES`: `1g.10gb` at slices 0-6, `2g.20gb` at 0/2/4, `3g.40gb` at
 0/4, `4g.40gb` and `7g.80gb` at 0), each consuming its memory slices and compute slices.
@@ -232,7 +232,7 @@ def _a100_mig(ids: _Ids, node: str) -> list[SliceSpec]:
     devices: list[Obj] = []
     for g in range(A100_PER_NODE):
         parent = f"GPU-{ids.uid()}"
-        counters = {f"memorySlice{i}": {"value": "1"} for i in range(8)} | {"gpcs": {"value": "7"}}
+        counters = {f"memory-slice-{i}": {"value": "1"} for i in range(8)} | {"gpcs": {"value": "7"}}
         counter_sets.append({"name": f"gpu-{g}", "counters": counters})
         whole = _device(
             f"gpu-{g}",
@@ -255,7 +255,7 @@ def _a100_mig(ids: _Ids, node: str) -> list[SliceSpec]:
                 }
                 name = f"gpu-{g}-mig-{profile.split('.')[0]}-{start}"
                 device = _device(name, attributes, f"{10 * memory}Gi")
-                used = {f"memorySlice{i}": {"value": "1"} for i in range(start, start + memory)}
+                used = {f"memory-slice-{i}": {"value": "1"} for i in range(start, start + memory)}
                 device["consumesCounters"] = [
                     {"counterSet": f"gpu-{g}", "counters": used | {"gpcs": {"value": str(compute)}}}
                 ]

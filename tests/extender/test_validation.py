@@ -486,9 +486,10 @@ def test_load_warning_logger_is_used(tmp_path, caplog):
 
 
 @pytest.mark.parametrize(
-    ("name", "valid"), [("memorySlice0", True), ("other-memory", True), ("bad name!", False)]
+    ("name", "valid"),
+    [("memory-slice-0", True), ("other-memory", True), ("memorySlice0", False), ("bad name!", False)],
 )
-def test_counter_names_accept_both_styles_drivers_use(name, valid):
+def test_counter_names_are_dns_labels_as_the_api_server_validates(name, valid):
     slice_ = {
         "kind": "ResourceSlice",
         "metadata": {"name": "s"},

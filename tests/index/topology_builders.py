@@ -174,7 +174,7 @@ def a100_mig_slices(node_name: str, gpus: int, *, pcie_per_gpu: bool = True) -> 
     devices: list[Obj] = []
     for g in range(gpus):
         uuid = f"GPU-{node_name}-{g}"
-        counters = {f"memorySlice{i}": {"value": "1"} for i in range(8)} | {"gpcs": {"value": "7"}}
+        counters = {f"memory-slice-{i}": {"value": "1"} for i in range(8)} | {"gpcs": {"value": "7"}}
         counter_sets.append({"name": f"gpu-{g}-counters", "counters": counters})
         whole: Obj = {"type": {"string": "gpu"}, "uuid": {"string": uuid}, "productName": {"string": "A100"}}
         if pcie_per_gpu:
@@ -188,7 +188,7 @@ def a100_mig_slices(node_name: str, gpus: int, *, pcie_per_gpu: bool = True) -> 
             }
         )
         for profile, start, memory, compute in A100_PLACEMENTS:
-            used = {f"memorySlice{i}": {"value": "1"} for i in range(start, start + memory)}
+            used = {f"memory-slice-{i}": {"value": "1"} for i in range(start, start + memory)}
             used["gpcs"] = {"value": str(compute)}
             devices.append(
                 {

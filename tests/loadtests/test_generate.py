@@ -298,11 +298,11 @@ def test_the_extender_sees_held_mig_partitions_through_the_counters() -> None:
             continue
         parent = device["attributes"]["uuid"]["string"]
         held = held_by_parent.get(parent, [])
-        used = {c for d in held for c in d["consumesCounters"][0]["counters"] if c.startswith("memorySlice")}
+        used = {c for d in held for c in d["consumesCounters"][0]["counters"] if c.startswith("memory-slice-")}
         memory = sum(_gi(d["capacity"]["memory"]["value"]) for d in held)
         sms = sum(int(d["consumesCounters"][0]["counters"]["multiprocessors"]["value"]) for d in held)
         room_1g = memory + _gi("10Gi") <= _gi("80Gi") and sms + 14 <= 108
-        fits_1g = room_1g and any(f"memorySlice{k}" not in used for k in range(7))
+        fits_1g = room_1g and any(f"memory-slice-{k}" not in used for k in range(7))
         on_parent = f'device.attributes["gpu.nvidia.com"].parentUUID == "{parent}"'
         mig = f'{on_parent} && device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
         whole = f'device.attributes["gpu.nvidia.com"].uuid == "{parent}"'

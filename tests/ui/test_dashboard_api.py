@@ -86,7 +86,7 @@ async def test_node_drawing_nests_mig_partitions_in_their_gpu_and_names_holders(
     assert all(p["parent"] == "gpu-0" for p in partitions.values())
     counters = {c["set"]: c for c in node["counters"]}
     used = {c["name"]: c["used"] for c in counters["gpu-0-counter-set"]["counters"]}
-    assert used["memory"] == "10Gi" and used["memorySlice0"] == "1"  # what the held 1g.10gb consumes
+    assert used["memory"] == "10Gi" and used["memory-slice-0"] == "1"  # what the held 1g.10gb consumes
     assert {c["name"]: c["used"] for c in counters["gpu-1-counter-set"]["counters"]}["memory"] == "0"
 
 
