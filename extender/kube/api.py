@@ -50,11 +50,36 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise _api_error(exc) from exc
 
 
+#: The longest API-server message kept in an error (a 422 lists every invalid field).
+_MESSAGE_LIMIT = 1024
+
+
 def _api_error(exc: BaseException) -> KubeAPIError:
     if isinstance(exc, ApiException):
         reason = str(exc.reason or "")
-        return KubeAPIError(f"HTTP {exc.status} {reason}".strip(), status=int(exc.status or 0), reason=reason)
+        text = f"HTTP {exc.status} {reason}".strip()
+        message = _status_message(exc.body)
+        if message:
+            text = f"{text}: {message}"
+        return KubeAPIError(text, status=int(exc.status or 0), reason=reason)
     return KubeAPIError(f"{type(exc).__name__}: {exc}")
+
+
+def _status_message(body: Any) -> str:
+    """The `message` of the API server's Status answer ("ResourceClaim.resource.k8s.io "x" is
+    invalid: status.allocation...: Invalid value ..."): the only place a 422 or 403 says what
+    was wrong. Empty when the body is no Status."""
+    if not body:
+        return ""
+    try:
+        status = orjson.loads(body)
+    except (orjson.JSONDecodeError, TypeError):
+        return ""
+    message = status.get("message") if isinstance(status, dict) else None
+    if not isinstance(message, str):
+        return ""
+    message = " ".join(message.split())
+    return message if len(message) <= _MESSAGE_LIMIT else message[: _MESSAGE_LIMIT - 3] + "..."
 
 
 def read_json(response: Any) -> Obj:

@@ -217,7 +217,7 @@ async def _exercise_everything(api: FakeApiServer) -> list[RequestLogEntry]:
         await source.stop()
     lease = api.get_object("Lease", settings.leader_lease_name, settings.leader_lease_namespace)
     assert lease is not None and not lease["spec"].get("holderIdentity")  # released on stop
-    return api.request_log()
+    return api.authorization_log()
 
 
 async def test_rbac_allows_every_call_and_grants_nothing_unused(api):

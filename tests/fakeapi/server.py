@@ -169,6 +169,7 @@ class FakeApiServer:
         #: on the server's loop, so it must be quick or return an awaitable (which is awaited).
         self.on_request: Callable[[RequestInfo], Awaitable[None] | None] | None = None
         self._log: list[RequestLogEntry] = []
+        self._authz: list[RequestLogEntry] = []
         self._control = _Control()
         self._control_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -359,8 +360,14 @@ class FakeApiServer:
         """(verb, api group, resource, subresource, namespace) of every request so far."""
         return list(self._log)
 
+    def authorization_log(self) -> list[RequestLogEntry]:
+        """Every authorization the real API server would make, in the request log's terms: one
+        per request, plus the extra ones some writes need (`_authorize_claim_binding`)."""
+        return list(self._authz)
+
     def clear_request_log(self) -> None:
         self._log.clear()
+        self._authz.clear()
 
     # ------------------------------------------------------------------ watch wake-ups
     def _notify(self) -> None:
@@ -434,6 +441,7 @@ class FakeApiServer:
                 raw = await request.read()
                 info.body = orjson.loads(raw) if raw.strip() else None
             self._log.append(info.log_entry)
+            self._authz.append(info.log_entry)
             if self.on_request is not None:
                 result = self.on_request(info)
                 if inspect.isawaitable(result):
@@ -498,6 +506,8 @@ class FakeApiServer:
                 raise not_found(rtype, name)
             return _json(_with_version(obj, rtype, version))
         if info.verb == "update":
+            if rtype.kind == "ResourceClaim" and sub == "status":
+                self._authorize_claim_binding(info, store.get(rtype, ns, name))
             obj = store.update(rtype, ns, name, info.body or {}, subresource=sub)
             return _json(_with_version(obj, rtype, version))
         if info.verb == "patch":
@@ -507,6 +517,17 @@ class FakeApiServer:
             obj = store.delete(rtype, ns, name, info.body if isinstance(info.body, dict) else None)
             return _json(_with_version(obj, rtype, version))
         raise ApiError(405, f"verb {info.verb} is not supported", "MethodNotAllowed")
+
+    def _authorize_claim_binding(self, info: RequestInfo, stored: Obj | None) -> None:
+        """kube-apiserver 1.36 authorizes a status update that changes `allocation` or
+        `reservedFor` a second time, as `update` of the synthetic subresource
+        `resourceclaims/binding` (its answer otherwise: 422, "changing status.allocation or
+        status.reservedFor requires resource="resourceclaims/binding", verb="update"
+        permission"); `authorization_log` records that check, so RBAC tests see it."""
+        old = (stored or {}).get("status") or {}
+        new = (info.body or {}).get("status") or {}
+        if any(old.get(key) != new.get(key) for key in ("allocation", "reservedFor")):
+            self._authz.append(("update", info.group, info.resource, "binding", info.namespace))
 
     @staticmethod
     def _select(items: list[Obj], query: dict[str, str]) -> list[Obj]:

@@ -151,6 +151,12 @@ def test_status_subresource_rules(fake_api: FakeApiServer):
         ("update", "resource.k8s.io", "resourceclaims", "", "ml"),
         ("update", "resource.k8s.io", "resourceclaims", "status", "ml"),
     ]
+    # The status update that writes an allocation is authorized again as resourceclaims/binding
+    # (what kube-apiserver 1.36 does).
+    assert fake_api.authorization_log()[-3:] == [
+        *fake_api.request_log()[-2:],
+        ("update", "resource.k8s.io", "resourceclaims", "binding", "ml"),
+    ]
 
 
 def test_delete_with_finalizers_waits_for_them(fake_api: FakeApiServer):

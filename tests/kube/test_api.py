@@ -44,7 +44,10 @@ def test_an_api_error_becomes_kube_api_error_with_status_reason_and_cause(fake_a
     with pytest.raises(KubeAPIError) as caught:
         api.call(core.read_node, "missing", _preload_content=False)
     error = caught.value
-    assert (error.status, error.reason, str(error)) == (404, "Not Found", "HTTP 404 Not Found")
+    # The API server's Status message is the only place that says what was wrong (a 422 names
+    # the invalid field, a 403 the missing permission): it is part of the error.
+    assert (error.status, error.reason) == (404, "Not Found")
+    assert str(error) == 'HTTP 404 Not Found: nodes "missing" not found'
     assert isinstance(error.__cause__, ApiException) and error.__cause__.status == 404
 
 
@@ -55,7 +58,7 @@ def test_an_injected_conflict_keeps_its_status(fake_api: FakeApiServer):
     with pytest.raises(KubeAPIError) as caught:
         api.call(core.read_node, "node-1", _preload_content=False)
     assert caught.value.status == 409
-    assert api.describe(caught.value) == "HTTP 409 Conflict"
+    assert api.describe(caught.value) == "HTTP 409 Conflict: injected failure (409)"
     # The next call is not failed: the same wrapper returns the client's result unchanged.
     node = api.read_json(api.call(core.read_node, "node-1", _preload_content=False))
     assert node["metadata"]["name"] == "node-1"
