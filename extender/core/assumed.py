@@ -63,6 +63,10 @@ class AssumeCache:
         count it: extender/core/gang.py). Expires like the claim entries."""
         self._pods[pod_uid] = (node, self._clock() + self._ttl)
 
+    def forget_pod(self, pod_uid: str) -> None:
+        """Drop a pod's binding (its bind failed after `assume_pod`)."""
+        self._pods.pop(pod_uid, None)
+
     def pod_nodes(self) -> dict[str, str]:
         """Unexpired pod bindings by pod uid; expired ones are dropped here."""
         now = self._clock()

@@ -41,10 +41,22 @@ optionally, filter):
    `round((weight * 10 * clique_score + priority) / (weight + 1))`.
    With `filter_other_cliques`, once a member is placed the nodes of other cliques fail filter
    with a reason naming the gang and its clique (`other_clique_reason`).
+
+Members in flight. kube-scheduler binds asynchronously: the next member's filter and prioritize
+arrive while the previous member's bind is still queued (seen with the real kube-scheduler 1.36:
+four members scored back to back, then four binds), so neither the state nor the binder's assume
+cache holds the previous member yet and every member would pick a clique on its own. `Gangs`
+therefore records each member's top-scored node at prioritize as its *nomination* (kube-
+scheduler's own term for a pod's expected node) for `NOMINATION_SECONDS`: the gang's later
+members count it as placed (a bound or assumed node of the same pod wins), and the nominated node
+is no slot for them (one member per node). For the first member, cliques that fit equally well
+are ordered by name, the first scoring `1` and the others `TIED_CLIQUE`, so the node the
+scheduler takes is in the clique the nomination names.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -78,6 +90,13 @@ SAME_CLIQUE = 1.0
 CROWDED_CLIQUE = 0.6
 OTHER_CLIQUE = 0.3
 LOOSE_FIT = 0.5
+#: The first member's term for a clique that fits as tightly as the chosen one (see "Members in
+#: flight"): low enough that the blended 0..10 priority of the chosen clique is higher.
+TIED_CLIQUE = 0.8
+#: How long a member's nomination counts without its bind (binds follow within a second).
+NOMINATION_SECONDS = 30.0
+#: Most nominations kept (oldest dropped first): a bound on what prioritize calls leave behind.
+NOMINATION_LIMIT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +259,12 @@ def _fit_terms(slots: Mapping[str, int], need: int | None) -> dict[str, float]:
     out = dict.fromkeys(slots, 0.0)
     for clique, count in fitting.items():
         out[clique] = 1.0 if loose == tight else 1.0 - (1.0 - LOOSE_FIT) * (count - tight) / (loose - tight)
+    # One clique scores highest: among equally tight ones the first by name (see "Members in
+    # flight" in the module docstring).
+    chosen = min(c for c in fitting if out[c] == 1.0)
+    for clique in fitting:
+        if out[clique] == 1.0 and clique != chosen:
+            out[clique] = TIED_CLIQUE
     return out
 
 
@@ -272,12 +297,16 @@ class Gangs:
         index: Callable[[], DeviceIndex],
         assumed: AssumeCache,
         seen: Callable[[str], Pod | None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self._state = state
         self._index = index
         self._assumed = assumed
         self._seen = seen
+        self._clock = clock
+        #: pod uid -> (gang key, nominated node, expiry): members in flight (module docstring).
+        self._nominated: dict[str, tuple[str, str, float]] = {}
         self._cliques: tuple[int, dict[str, str]] = (-1, {})  # (index generation, node -> clique)
         self._gang_pods: tuple[int, dict[str, dict[str, str]]] = (-1, {})  # (claims gen, key -> uid -> node)
         self._pods: tuple[int, dict[tuple[str, str], Pod]] = (-1, {})  # (claims gen, (ns, name) -> pod)
@@ -291,7 +320,15 @@ class Gangs:
         return self._cliques[1]
 
     def members(self, member: Gang, pod_uid: str) -> dict[str, str]:
-        """pod uid -> node of the gang's other members, bound (in the state) or assumed (bind)."""
+        """pod uid -> node of the gang's other members: bound (in the state), assumed (bind) or,
+        for members in flight, nominated (prioritize)."""
+        members = self._known(member)
+        members.update(self.in_flight(member, members))
+        members.pop(pod_uid, None)
+        return members
+
+    def _known(self, member: Gang) -> dict[str, str]:
+        """pod uid -> node of the gang's members that are bound (in the state) or assumed (bind)."""
         generation = self._state.claims_generation
         if self._gang_pods[0] != generation:
             by_gang: dict[str, dict[str, str]] = {}
@@ -309,8 +346,29 @@ class Gangs:
                 other = gang_of(pod, self.settings)
                 if other is not None and other.key == member.key:
                     members.setdefault(pod.uid, assumed[pod.uid])
-        members.pop(pod_uid, None)
         return members
+
+    def in_flight(self, member: Gang, known: Mapping[str, str]) -> dict[str, str]:
+        """pod uid -> nominated node of the gang's members not yet bound or assumed (`known`)."""
+        return {uid: node for uid, node in self.nominated(member).items() if uid not in known}
+
+    def nominated(self, member: Gang) -> dict[str, str]:
+        """pod uid -> node of the gang's unexpired nominations."""
+        now = self._clock()
+        return {
+            uid: node
+            for uid, (key, node, until) in self._nominated.items()
+            if key == member.key and until > now
+        }
+
+    def nominate(self, member: Gang, pod_uid: str, node: str) -> None:
+        """Record `node` as where the member's pod is expected; expired ones are dropped."""
+        now = self._clock()
+        self._nominated.pop(pod_uid, None)
+        self._nominated = {uid: entry for uid, entry in self._nominated.items() if entry[2] > now}
+        while len(self._nominated) >= NOMINATION_LIMIT:
+            self._nominated.pop(next(iter(self._nominated)))
+        self._nominated[pod_uid] = (member.key, node, now + NOMINATION_SECONDS)
 
     def state_pods(self) -> Iterable[Pod]:
         """The state's pods, parsed. Per claims generation, only the pods the state's change log
@@ -346,12 +404,22 @@ class Gangs:
             return by_node
         uid = pod.uid
         cliques = self.node_cliques()
-        placed = self.members(member, uid).values()
-        terms = clique_scores(member, passed, cliques, placed)
+        known = self._known(member)
+        in_flight = self.in_flight(member, known)
+        in_flight.pop(uid, None)
+        known.pop(uid, None)
+        # A node another member is nominated to is no slot for this one (one member per node);
+        # once that member is bound or assumed, filter says whether its node has room.
+        taken = set(in_flight.values())
+        slots = [name for name in passed if name not in taken]
+        terms = clique_scores(member, slots, cliques, [*known.values(), *in_flight.values()])
         if terms is None:
             return by_node
         weight = self.settings.weight
-        return {name: combine(by_node.get(name, 0), terms[name], weight) for name in passed}
+        out = {name: combine(by_node.get(name, 0), terms.get(name, 0.0), weight) for name in passed}
+        if uid and slots:
+            self.nominate(member, uid, max(slots, key=lambda name: out[name]))
+        return out
 
     def outside_clique(self, pod: Pod, node_names: list[str]) -> dict[str, str]:
         """Nodes outside a placed gang's clique -> reason (setting `gang_filter_other_cliques`)."""

@@ -82,7 +82,7 @@ class Placement:
         self.evaluations = Evaluations()
         self.gangs = gang.Gangs(
             gang_settings or gang.GangSettings(), state=state, index=self.view.index, assumed=assumed,
-            seen=self.evaluations.seen,
+            seen=self.evaluations.seen, clock=clock,
         )  # fmt: skip
         #: The thread the server and the binders run this placement's work on (started lazily).
         self.worker = worker or PlacementWorker()

@@ -234,16 +234,13 @@ class KubeBinder:
         except BaseException:
             for write in reversed(writes):
                 await self._undo(write, consumer)
-            if assumed:
-                await worker.run(_forget_all, self._placement.assumed, assumed)
+            await worker.run(_forget_all, self._placement.assumed, assumed, pod_uid)
             raise
         with self._written_lock:
             for write in writes:
                 if write.allocation is not None:
                     written_rv = ((write.current or {}).get("metadata") or {}).get("resourceVersion", "")
                     self._written[write.uid] = (write.namespace, write.name, str(written_rv))
-        # Gang members see this pod on its node before the watch shows it (extender/core/gang.py).
-        await worker.run(self._placement.assumed.assume_pod, pod_uid, node)
         log.info(
             "bound pod %s/%s to %s: allocated %s; reserved %s",
             namespace,
@@ -273,6 +270,10 @@ class KubeBinder:
             )
         except binding.BindRefusal as exc:
             raise BindFailure(exc.message, exc.reason) from None
+        # Gang members see this pod on its node from now on, not only once its writes are done:
+        # kube-scheduler scores the next member while this bind is still writing
+        # (extender/core/gang.py, "Members in flight"). A failed bind forgets it.
+        self._placement.assumed.assume_pod(consumer["uid"], node)
         assumed: list[str] = []
         for claim, chosen in zip(choice.claims.pending, choice.allocations, strict=True):
             self._placement.assumed.assume(claim.uid, chosen.allocation, pod_uid=consumer["uid"])
@@ -560,9 +561,10 @@ def _int_version(resource_version: Any) -> int | None:
         return None
 
 
-def _forget_all(assumed: Any, claim_uids: list[str]) -> None:
+def _forget_all(assumed: Any, claim_uids: list[str], pod_uid: str) -> None:
     for claim_uid in claim_uids:
         assumed.forget(claim_uid)
+    assumed.forget_pod(pod_uid)
 
 
 def _log_orphan(pod: str, node: str, task: asyncio.Future[None]) -> None:

@@ -87,6 +87,30 @@ async def test_allocator_mode_writes_finalizer_then_status_then_binding(fake_api
         assert p1["spec"]["nodeName"] == "n1"
 
 
+async def test_the_pod_is_assumed_on_its_node_while_its_writes_are_in_flight(fake_api: FakeApiServer):
+    """Gang members scored during a bind see the pod on its node from the moment its devices are
+    chosen (kube-scheduler scores the next member while this bind writes); a failed bind forgets
+    it."""
+    seed(fake_api, gpus={"n1": 2}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1"], "p2": ["c2"]})
+    async with Harness(fake_api) as h:
+        p1_uid = h.pod("p1")["metadata"]["uid"]
+        seen_during_write: list[dict[str, str]] = []
+
+        def look(info: RequestInfo) -> None:
+            if (info.verb, info.resource, info.subresource) == STATUS_UPDATE:
+                seen_during_write.append(h.placement.assumed.pod_nodes())
+
+        fake_api.on_request = look
+        assert await h.bind("p1", "n1") == ("", OK)
+        assert seen_during_write and seen_during_write[0].get(p1_uid) == "n1"
+        fake_api.on_request = None
+        p2_uid = h.pod("p2")["metadata"]["uid"]
+        fake_api.fail_next(1, 500, verb="update", resource="ResourceClaim", subresource="status")
+        outcome = await h.bind("p2", "n1")
+        assert outcome[1] != OK
+        assert p2_uid not in h.placement.assumed.pod_nodes()
+
+
 async def test_assumed_devices_are_excluded_until_the_watch_shows_the_write(fake_api: FakeApiServer):
     """Right after bind the devices are assumed; once the watch delivers the claim, the written
     allocation holds them and the assumed entry is dropped at the next bind (no double count)."""
