@@ -161,7 +161,7 @@ class Placement:
         passed = [name for name in node_names if evaluation.verdicts[name].status == PASSED]
         scores = self.scores(evaluation, passed)
         scored = [name for name in passed if name in scores]
-        values = scoring.priorities(scores.values(scored))
+        values = scoring.by_preference(scoring.priorities(scores.values(scored)), scores.preferences(scored))
         by_node = dict(zip(scored, values.tolist(), strict=True))
         if self.gangs.settings.weight > 0:
             by_node = self.gangs.with_term(pod, passed, by_node)

@@ -129,6 +129,13 @@ class ScoreBook:
             return self._batches[0].score[np.array([i for _, i in where], dtype=np.int64)]
         return np.array([self._batches[b].score[i] for b, i in where], dtype=np.float64)
 
+    def preferences(self, names: list[str]) -> np.ndarray:
+        """The prioritized-list preference of `names` (all must be scored), like `values`."""
+        where = [self._where[name] for name in names]
+        if len(self._batches) == 1:
+            return self._batches[0].preference[np.array([i for _, i in where], dtype=np.int64)]
+        return np.array([self._batches[b].preference[i] for b, i in where], dtype=np.float64)
+
     def get(self, name: str) -> NodeScore | None:
         """The node's score and chosen rows, or None if it was not scored."""
         found = self._where.get(name)
@@ -470,6 +477,29 @@ def priorities(scores: np.ndarray) -> np.ndarray:
     if high - low < 1e-9:
         return np.full(len(scores), 10, dtype=np.int64)
     return np.rint(10 * (scores - low) / (high - low)).astype(np.int64)
+
+
+def by_preference(priorities: np.ndarray, preference: np.ndarray) -> np.ndarray:
+    """0..10 priorities in which a node whose allocation takes an earlier `firstAvailable`
+    subrequest ranks above every node that takes a later one; topology orders nodes of equal
+    preference.
+
+    A prioritized list is the user's order of preference, and upstream keeps it across nodes:
+    kube-scheduler's DynamicResources Score gives each node `Σ (8 - chosen subrequest index)`,
+    normalized so the best gets the most. Blended as one term among the topology terms it could
+    lose to a tidier node (the real scheduler bound `H100, else L40S, else MI300X` to an H100
+    node where this extender had ranked the MI300X node first). So the 11 values are split into
+    one band per distinct preference level, best level on top, and `priorities` (the topology
+    ranking) places each node inside its band. Vectorised: no loop over nodes or levels.
+    """
+    levels = np.unique(preference)[::-1]  # best preference first
+    if len(levels) <= 1:
+        return priorities.copy()
+    width = max(11 // len(levels), 1)
+    rank = np.searchsorted(-levels, -preference)  # 0 for the best level
+    inside = np.rint(priorities * (width - 1) / 10.0).astype(np.int64)
+    out: np.ndarray = np.maximum(10 - rank * width - (width - 1) + inside, 0)
+    return out
 
 
 def topology_inputs(

@@ -12,6 +12,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from extender.allocator.features import Features
@@ -180,13 +181,36 @@ def test_prioritize_ranks_by_chosen_subrequest() -> None:
         "mi300x-node-01": 6 / 8,
         "gaudi2-node-01": 5 / 8,
     }
+    # four preference levels: one band of two values each, best on top (scoring.by_preference)
     assert scores == {
         "h100-node-01": 10,
-        "l40s-node-01": 7,
-        "mi300x-node-01": 3,
-        "gaudi2-node-01": 0,
+        "l40s-node-01": 8,
+        "mi300x-node-01": 5,
+        "gaudi2-node-01": 3,
         "cpu-node-01": 0,
     }
+
+
+def test_prioritized_list_order_outranks_topology_with_default_weights() -> None:
+    """With the default weights too, a node that gives an earlier firstAvailable subrequest ranks
+    above every node that gives a later one (the real kube-scheduler 1.36 with its DynamicResources
+    Score bound flexible-accelerator to an H100 node where the blended score had preferred MI300X)."""
+    state = ClusterState.from_objects(copy.deepcopy(sample_objects()))
+    placement = Placement(state, features=Features.from_gates(), assumed=AssumeCache())
+    nodes = ["gaudi2-node-01", "mi300x-node-01", "l40s-node-01", "h100-node-01", "h100-node-02"]
+    scores = {s.host: s.score for s in placement.prioritize(parse_pod(_pod("flexible-accelerator")), nodes)}
+    h100 = min(scores["h100-node-01"], scores["h100-node-02"])
+    assert h100 > scores["l40s-node-01"] > scores["mi300x-node-01"] > scores["gaudi2-node-01"], scores
+
+
+def test_by_preference_gives_each_level_its_band() -> None:
+    from extender.core.scoring import by_preference
+
+    priorities = np.array([3, 10, 9, 6, 0])
+    preference = np.array([1.0, 0.75, 0.875, 1.0, 0.75])
+    # three levels, bands of three values: 8..10, 5..7, 2..4; topology places inside the band
+    assert by_preference(priorities, preference).tolist() == [9, 4, 7, 9, 2]
+    assert by_preference(priorities, np.ones(5)).tolist() == priorities.tolist()
 
 
 def test_prioritize_ranks_gpu_nic_pairs_by_topology() -> None:
