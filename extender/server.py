@@ -45,7 +45,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
-from extender import telemetry, verdicts, wire
+from extender import profiles, telemetry, verdicts, wire
 from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
 from extender.pods import Pod, parse_pod
 from extender.settings import Settings
@@ -98,6 +98,7 @@ class _Outcome:
     node: str = ""  # bind: the chosen node
     reason: str = ""  # bind: verdicts.BIND_REASONS; filter: telemetry.FILTER_ERROR_REASONS
     error: str = ""
+    other_profile: bool = False  # filter/prioritize: the pod's profile is not in scheduler_names
 
     def set_pod(self, pod: Pod) -> None:
         self.pod = pod
@@ -231,11 +232,16 @@ async def handle_filter(request: web.Request) -> web.Response:
     """POST filter: which of the given nodes can hold the pod's claims."""
     outcome, pod, node_names, node_items = await _decode_args(request, "filter")
     placement = request.app[PLACEMENT_KEY]
-    deadline = request.app[SETTINGS_KEY].filter_timeout_seconds
+    settings = request.app[SETTINGS_KEY]
+    deadline = settings.filter_timeout_seconds
     try:
-        if not placement.ready():
+        if not profiles.places(settings.scheduler_names, pod):
+            outcome.other_profile = True  # not ours: every node passes, nothing is evaluated
+            verdict = FilterVerdict(passed=node_names)
+        elif not placement.ready():
             raise IndexNotReady("the device inventory is not loaded or synced yet")
-        verdict = await request.app[WORKER_KEY].run(placement.filter, pod, node_names, timeout=deadline)
+        else:
+            verdict = await request.app[WORKER_KEY].run(placement.filter, pod, node_names, timeout=deadline)
     except IndexNotReady as exc:
         outcome.reason = "not_ready"
         verdict = FilterVerdict(error=f"{NOT_READY}: {exc}")
@@ -277,17 +283,23 @@ async def handle_prioritize(request: web.Request) -> web.Response:
     """POST prioritize: a 0..10 score per node."""
     outcome, pod, node_names, _ = await _decode_args(request, "prioritize")
     placement = request.app[PLACEMENT_KEY]
-    if not placement.ready():
+    settings = request.app[SETTINGS_KEY]
+    if not profiles.places(settings.scheduler_names, pod):
+        outcome.other_profile = True  # not ours: no preference among the nodes
+        scores = [HostScore(name, 0) for name in node_names]
+    elif not placement.ready():
         logger.warning("prioritize pod=%s: %s", outcome.pod_ref, NOT_READY)
         return _error(503, f"{NOT_READY}: the device inventory is not loaded or synced yet")
-    deadline = request.app[SETTINGS_KEY].filter_timeout_seconds
-    try:
-        scores = await request.app[WORKER_KEY].run(placement.prioritize, pod, node_names, timeout=deadline)
-    except WorkTimeout as exc:
-        return _error(503, _too_slow("prioritize", outcome, exc))
-    except Exception as exc:
-        logger.exception("prioritize pod=%s: failed", outcome.pod_ref)
-        return _error(500, f"prioritize failed: {type(exc).__name__}: {exc}")
+    else:
+        try:
+            scores = await request.app[WORKER_KEY].run(
+                placement.prioritize, pod, node_names, timeout=settings.filter_timeout_seconds
+            )
+        except WorkTimeout as exc:
+            return _error(503, _too_slow("prioritize", outcome, exc))
+        except Exception as exc:
+            logger.exception("prioritize pod=%s: failed", outcome.pod_ref)
+            return _error(500, f"prioritize failed: {type(exc).__name__}: {exc}")
     _account_prioritize(request.app[METRICS_KEY], outcome, scores)
     with _child(telemetry.SPAN_ENCODE):
         answer = wire.encode_host_priorities(scores)
@@ -508,6 +520,8 @@ def _log_call(outcome: _Outcome, status: int, duration: float) -> None:
         fields["scored"] = outcome.scored
     else:
         fields.update(node=outcome.node, reason=outcome.reason)
+    if outcome.other_profile:
+        fields["skipped"] = f"profile {outcome.pod.scheduler_name} not in scheduler_names"
     fields["code"] = status
     if outcome.error:
         fields["error"] = outcome.error

@@ -82,7 +82,8 @@ class Settings:
     """Write logs as one JSON object per line instead of plain text."""
 
     scheduler_names: tuple[str, ...] = ()
-    """Scheduler profiles whose pods we place; empty means every profile."""
+    """Scheduler profiles whose pods we place; empty means every profile. Pods of other profiles
+    pass filter untouched, score 0, and are bound without allocating (extender/profiles.py)."""
 
     ui: bool = False
     """Serve the read-only placement dashboard at `/ui` (and record the last verb decisions)."""

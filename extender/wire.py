@@ -127,7 +127,7 @@ def _check_claim_entries(entries: Any, path: str, fields: tuple[str, ...]) -> No
 def check_pod(pod: Obj) -> None:
     """Type-check the parts of a Pod the extender reads, so a malformed one is a 400, not a crash.
 
-    Read are `metadata.{name,namespace,uid}`, `spec.{nodeName,resourceClaims}` and
+    Read are `metadata.{name,namespace,uid}`, `spec.{nodeName,schedulerName,resourceClaims}` and
     `status.resourceClaimStatuses`; every other field is passed over untouched. Each may be null.
 
     Raises:
@@ -139,7 +139,8 @@ def check_pod(pod: Obj) -> None:
     _check_optional(status, "Pod.status", dict, "an object")
     for name in ("name", "namespace", "uid"):
         _check_optional((meta or {}).get(name), f"Pod.metadata.{name}", str, "a string")
-    _check_optional((spec or {}).get("nodeName"), "Pod.spec.nodeName", str, "a string")
+    for name in ("nodeName", "schedulerName"):
+        _check_optional((spec or {}).get(name), f"Pod.spec.{name}", str, "a string")
     _check_claim_entries(
         (spec or {}).get("resourceClaims"),
         "Pod.spec.resourceClaims",
