@@ -16,6 +16,9 @@ Bodies are read with a deadline (`body_read_timeout_seconds`: 408 and the connec
 a body that does not decode as its `Content-Encoding` says is a 400, and a client that hangs up
 mid-body is counted as code 499 (nginx's "client closed request"), not as a server error.
 
+Browser requests from other origins that write (403) and verb bodies that are not JSON (415) are
+refused before their body is read (`extender.origins`, docs/browser-requests.md).
+
 Verbs are served at `/<verb>` and under any path prefix (`/scheduler/filter`), because the
 scheduler's `urlPrefix` may carry a path.
 
@@ -45,7 +48,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
-from extender import profiles, telemetry, verdicts, wire
+from extender import origins, profiles, telemetry, verdicts, wire
 from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
 from extender.pods import Pod, parse_pod
 from extender.settings import Settings
@@ -447,6 +450,24 @@ async def _errors_and_telemetry(request: web.Request, handler: Handler) -> web.S
     return response
 
 
+@web.middleware
+async def _browser_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse cross-origin browser writes (403) and verb bodies that are not JSON (415), before
+    the body is read (`extender.origins` says why). Inside `_errors_and_telemetry`, so a refused
+    verb call is still counted and logged with its status."""
+    refusal = origins.cross_origin_refusal(request.method, request.headers)
+    status = 403
+    route = (request.match_info.route.name or "").removesuffix(_PREFIXED)
+    if not refusal and route in VERBS:
+        refusal, status = origins.json_refusal(request.headers.get("Content-Type")), 415
+    if not refusal:
+        return await handler(request)
+    logger.info("%s %s refused with HTTP %d: %s", request.method, request.path, status, refusal)
+    response = _error(status, refusal)
+    response.force_close()  # the body is not read: do not take what follows it for a request
+    return response
+
+
 def _count(metrics: Metrics, verb: str, status: int, duration: float) -> None:
     metrics.request_duration.labels(verb).observe(duration)
     metrics.requests.labels(verb, str(status)).inc()
@@ -569,7 +590,9 @@ def make_app(
         registry = CollectorRegistry()
         prometheus_client.ProcessCollector(registry=registry)
         prometheus_client.PlatformCollector(registry=registry)
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors_and_telemetry])
+    app = web.Application(
+        client_max_size=settings.max_body_bytes, middlewares=[_errors_and_telemetry, _browser_guard]
+    )
     app[SETTINGS_KEY] = settings
     app[PLACEMENT_KEY] = placement
     app[BINDER_KEY] = binder
