@@ -255,9 +255,17 @@ def encode_filter_result(verdict: FilterVerdict, node_items: list[Obj] | None) -
 
 
 def encode_host_priorities(scores: list[HostScore]) -> bytes:
-    """Encode prioritize scores as a `HostPriorityList` JSON array of `{"Host", "Score"}`."""
-    priorities: list[HostPriority] = [{"Host": s.host, "Score": int(s.score)} for s in scores]
+    """Encode prioritize scores as a `HostPriorityList` JSON array of `{"Host", "Score"}`.
+
+    Each score is clamped to MIN_EXTENDER_PRIORITY..MAX_EXTENDER_PRIORITY, the protocol's range,
+    whatever the placement produced (the scheduler multiplies it by the extender's weight).
+    """
+    priorities: list[HostPriority] = [{"Host": s.host, "Score": _clamped(s.score)} for s in scores]
     return orjson.dumps(priorities)
+
+
+def _clamped(score: int) -> int:
+    return min(MAX_EXTENDER_PRIORITY, max(MIN_EXTENDER_PRIORITY, int(score)))
 
 
 def encode_binding_result(error: str) -> bytes:
