@@ -8,6 +8,7 @@ asked at all); bind in file mode over the sample cluster (extender/binder.py).
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import orjson
@@ -70,6 +71,15 @@ async def test_filter_of_another_profile_echoes_a_node_list_and_does_not_wait_fo
     answer = await (await client.post("/filter", data=body)).json()
     assert answer["Error"] == "" and answer["Nodes"] == {"metadata": {}, "items": items}
     assert placement.calls == []
+
+
+async def test_the_call_line_says_why_the_pod_was_skipped(app_client, caplog):
+    """The one info line per call names the profile, so a skipped pod is not a silent pass."""
+    client = await app_client(ONLY_OURS)
+    with caplog.at_level(logging.INFO, logger="extender.server"):
+        await client.post("/filter", data=_args(_pod("default-scheduler")))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("filter ")]
+    assert len(lines) == 1 and 'skipped="profile default-scheduler not in scheduler_names"' in lines[0]
 
 
 async def test_prioritize_scores_0_for_another_profile(app_client, placement):
