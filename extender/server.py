@@ -462,7 +462,9 @@ async def _browser_guard(request: web.Request, handler: Handler) -> web.StreamRe
         refusal, status = origins.json_refusal(request.headers.get("Content-Type")), 415
     if not refusal:
         return await handler(request)
-    logger.info("%s %s refused with HTTP %d: %s", request.method, request.path, status, refusal)
+    # A verb's call line (`_log_call`) already carries the status and the error.
+    level = logging.DEBUG if route in VERBS else logging.INFO
+    logger.log(level, "%s %s refused with HTTP %d: %s", request.method, request.path, status, refusal)
     response = _error(status, refusal)
     response.force_close()  # the body is not read: do not take what follows it for a request
     return response
