@@ -18,8 +18,6 @@ Only `extender.__main__` passes `os.environ` in; nothing else reads the environm
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -29,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from extender import bounds
 from extender.allocator.features import Features, parse_feature_gates
 from extender.core.gang import GangSettings
 from extender.index.topology import PACKING_POLICIES, TopologySettings, parse_drivers
@@ -262,117 +261,12 @@ def _to_port(value: Any, where: str) -> int:
 def _to_size(value: Any, where: str) -> int:
     match = re.fullmatch(r"\s*(\d+)\s*(Ki|Mi|Gi)?\s*", str(value))
     size = 0 if match is None else int(match.group(1)) * _SIZE_SUFFIXES[match.group(2) or ""]
-    if isinstance(value, bool) or not 1 <= size <= MAX_BODY_BYTES_LIMIT:
+    if isinstance(value, bool) or not 1 <= size <= bounds.MAX_BODY_BYTES_LIMIT:
         raise ValueError(
             f"{where}: {value!r} is not a size; allowed: an integer of bytes from 1 to 1Gi, "
             "optionally with a suffix Ki, Mi or Gi (e.g. 67108864 or 64Mi)"
         )
     return size
-
-
-@dataclass(frozen=True, slots=True)
-class Bound:
-    """The allowed values of one numeric setting: finite, `low`..`high` (`low` itself excluded
-    when `above`), integers only when `integer`. Every bound keeps the arithmetic behind the
-    setting finite (scores, deadlines, sleeps) and refuses what no deployment would mean."""
-
-    low: float
-    high: float
-    above: bool = False  # low itself is not allowed (durations: more than 0 s)
-    integer: bool = False
-
-    def holds(self, number: float) -> bool:
-        """True if `number` is allowed."""
-        if not math.isfinite(number) or (self.integer and number != int(number)):
-            return False
-        return (self.low < number if self.above else self.low <= number) and number <= self.high
-
-    def describe(self) -> str:
-        """The allowed values in words, for messages and the README."""
-        low, high = _plain(self.low), _plain(self.high)
-        if self.integer:
-            return f"an integer from {low} to {high}"
-        if self.above:
-            return f"a number greater than {low} and at most {high}"
-        return f"a number from {low} to {high}"
-
-
-#: The bound of every numeric setting that `Bound` describes (`listen_port`, `max_body_bytes`,
-#: `level_distances` and `kernel_threads` have converters of their own). Durations in seconds.
-NUMERIC_BOUNDS: dict[str, Bound] = {
-    "assume_ttl_seconds": Bound(0, 3600, above=True),
-    "filter_timeout_seconds": Bound(0, 300, above=True),
-    "body_read_timeout_seconds": Bound(0, 300, above=True),
-    "watch_stall_seconds": Bound(0, 86400, above=True),
-    "relist_ready_seconds": Bound(0, 3600, above=True),
-    "lease_duration_seconds": Bound(0, 3600, above=True),
-    "renew_deadline_seconds": Bound(0, 3600, above=True),
-    "retry_period_seconds": Bound(0, 3600, above=True),
-    "cel_result_cache_size": Bound(1, 65536, integer=True),
-    # Weights: only their ratios matter; 1000:1 is more contrast than any policy needs, and keeps
-    # every score sum far from overflow (1e308 weights once gave a score of -2**63).
-    "locality_weight": Bound(0, 1000),
-    "fragmentation_weight": Bound(0, 1000),
-    "packing_weight": Bound(0, 1000),
-    "preference_weight": Bound(0, 1000),
-    "cross_claim_weight": Bound(0, 1000),
-    "partition_packing_weight": Bound(0, 1000),
-    "partition_headroom_weight": Bound(0, 1000),
-    "gang_weight": Bound(0, 1000),
-    # Exact-search steps per node: 256 times the default; beyond that a node's search can hold
-    # the worker for seconds (the kernel cannot be interrupted).
-    "kernel_max_work": Bound(0, 1048576, integer=True),
-}
-#: Largest `max_body_bytes` (1Gi): a body is held whole in memory while it is decoded.
-MAX_BODY_BYTES_LIMIT = 1024**3
-#: Largest topology level distance (`level_distances`); like the weights, a ratio.
-MAX_LEVEL_DISTANCE = 1000.0
-
-
-def _plain(number: float) -> str:
-    return str(int(number)) if number == int(number) else str(number)
-
-
-def _number(value: Any, *, integer: bool) -> float | None:
-    """The value as a number (None: not one). Integers may be written `8` or `8.0`, not `8.5`."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    if integer and math.isfinite(number) and number != int(number):
-        return None
-    return number
-
-
-def _bounded(name: str) -> Callable[[Any, str], Any]:
-    """The converter of a setting in NUMERIC_BOUNDS: a number within its bound, or ValueError
-    naming where the value came from (file key, variable or flag) and the allowed range."""
-    bound = NUMERIC_BOUNDS[name]
-
-    def convert(value: Any, where: str) -> float | int:
-        number = _number(value, integer=bound.integer)
-        if number is None or not bound.holds(number):
-            raise ValueError(f"{where}: {value!r} is out of range; allowed: {bound.describe()}")
-        return int(number) if bound.integer else number
-
-    return convert
-
-
-def _to_threads(value: Any, where: str) -> int:
-    """0 (numba's default: one per core) up to numba's NUMBA_NUM_THREADS, the most
-    `numba.set_num_threads` accepts (a larger count used to pass here and kill start-up)."""
-    from numba import config  # numba's own limit; imported only when the setting is given
-
-    limit = int(getattr(config, "NUMBA_NUM_THREADS"))  # noqa: B009  (set at numba's import: no stub)
-    number = _number(value, integer=True)
-    if number is None or not 0 <= number <= limit:
-        raise ValueError(
-            f"{where}: {value!r} is out of range; allowed: an integer from 0 to {limit} (numba's "
-            "NUMBA_NUM_THREADS, by default the number of CPUs; 0 uses them all)"
-        )
-    return int(number)
 
 
 def _to_log_level(value: Any, where: str) -> str:
@@ -416,22 +310,6 @@ def _to_kernel_warmup(value: Any, where: str) -> str:
     if text not in KERNEL_WARMUPS:
         raise ValueError(f"{where}: {value!r} is not a kernel warm-up; allowed: {', '.join(KERNEL_WARMUPS)}")
     return text
-
-
-def _to_distances(value: Any, where: str) -> tuple[float, float, float, float, float]:
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        distances = tuple(float(i) for i in items)
-    except (TypeError, ValueError):
-        distances = ()
-    ordered = all(a < b for a, b in itertools.pairwise(distances))  # False for NaN, too
-    if len(distances) != 5 or not ordered or not distances[0] > 0 or not distances[-1] <= MAX_LEVEL_DISTANCE:
-        raise ValueError(
-            f"{where}: {value!r} is not a list of level distances; allowed: 5 increasing numbers "
-            f"greater than 0 and at most {_plain(MAX_LEVEL_DISTANCE)} (nvlink, pcie, numa, socket, "
-            "node), e.g. 1,2,3,4,6"
-        )
-    return distances
 
 
 def _to_drivers(value: Any, where: str) -> dict[str, Any]:
@@ -494,45 +372,45 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "kube": _to_bool,
         "kubeconfig": _path_converter(base),
         "max_body_bytes": _to_size,
-        "assume_ttl_seconds": _bounded("assume_ttl_seconds"),
-        "filter_timeout_seconds": _bounded("filter_timeout_seconds"),
-        "body_read_timeout_seconds": _bounded("body_read_timeout_seconds"),
+        "assume_ttl_seconds": bounds.bounded("assume_ttl_seconds"),
+        "filter_timeout_seconds": bounds.bounded("filter_timeout_seconds"),
+        "body_read_timeout_seconds": bounds.bounded("body_read_timeout_seconds"),
         "log_level": _to_log_level,
         "log_json": _to_bool,
         "ui": _to_bool,
         "scheduler_names": _to_names,
-        "cel_result_cache_size": _bounded("cel_result_cache_size"),
-        "watch_stall_seconds": _bounded("watch_stall_seconds"),
-        "relist_ready_seconds": _bounded("relist_ready_seconds"),
+        "cel_result_cache_size": bounds.bounded("cel_result_cache_size"),
+        "watch_stall_seconds": bounds.bounded("watch_stall_seconds"),
+        "relist_ready_seconds": bounds.bounded("relist_ready_seconds"),
         "tls_cert_file": _path_converter(base),
         "tls_key_file": _path_converter(base),
         "client_ca_file": _path_converter(base),
         "leader_elect": _to_bool,
         "leader_lease_name": _to_name,
         "leader_lease_namespace": _to_name,
-        "lease_duration_seconds": _bounded("lease_duration_seconds"),
-        "renew_deadline_seconds": _bounded("renew_deadline_seconds"),
-        "retry_period_seconds": _bounded("retry_period_seconds"),
+        "lease_duration_seconds": bounds.bounded("lease_duration_seconds"),
+        "renew_deadline_seconds": bounds.bounded("renew_deadline_seconds"),
+        "retry_period_seconds": bounds.bounded("retry_period_seconds"),
         "tracing": _to_bool,
         "otlp_endpoint": _to_text,
         "otlp_protocol": _to_otlp_protocol,
         "packing": _to_packing,
-        "locality_weight": _bounded("locality_weight"),
-        "fragmentation_weight": _bounded("fragmentation_weight"),
-        "packing_weight": _bounded("packing_weight"),
-        "preference_weight": _bounded("preference_weight"),
-        "cross_claim_weight": _bounded("cross_claim_weight"),
-        "partition_packing_weight": _bounded("partition_packing_weight"),
-        "partition_headroom_weight": _bounded("partition_headroom_weight"),
-        "level_distances": _to_distances,
+        "locality_weight": bounds.bounded("locality_weight"),
+        "fragmentation_weight": bounds.bounded("fragmentation_weight"),
+        "packing_weight": bounds.bounded("packing_weight"),
+        "preference_weight": bounds.bounded("preference_weight"),
+        "cross_claim_weight": bounds.bounded("cross_claim_weight"),
+        "partition_packing_weight": bounds.bounded("partition_packing_weight"),
+        "partition_headroom_weight": bounds.bounded("partition_headroom_weight"),
+        "level_distances": bounds.to_distances,
         "topology_drivers": _to_drivers,
-        "kernel_max_work": _bounded("kernel_max_work"),
-        "kernel_threads": _to_threads,
+        "kernel_max_work": bounds.bounded("kernel_max_work"),
+        "kernel_threads": bounds.to_threads,
         "kernel_warmup": _to_kernel_warmup,
         "gang_clique_label": _to_text,
         "gang_clique_attribute": _to_text,
         "gang_size_annotation": _to_text,
-        "gang_weight": _bounded("gang_weight"),
+        "gang_weight": bounds.bounded("gang_weight"),
         "gang_filter_other_cliques": _to_bool,
     }
 

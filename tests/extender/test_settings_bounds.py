@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 from extender.__main__ import main
+from extender.bounds import NUMERIC_BOUNDS
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.core import gang, scoring
 from extender.pods import parse_pod
-from extender.settings import ENV_PREFIX, NUMERIC_BOUNDS, Settings, load_settings
+from extender.settings import ENV_PREFIX, Settings, load_settings
 from extender.verdicts import HostScore
 from extender.wire import encode_host_priorities
 from extender.wiring import build_services
