@@ -12,6 +12,8 @@ What is written mirrors what kube-scheduler's DynamicResources plugin writes at 
 (extender-protocol.md §7.3): the delete-protection finalizer, `status.allocation` and a
 `status.reservedFor` entry on each pending claim, `reservedFor` on claims already allocated,
 then the pod's `spec.nodeName` (the Binding). Claims allocated elsewhere are left alone.
+A pod of a profile not in `scheduler_names` is bound without allocating: a pending claim of it
+is refused (`extender.profiles`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import copy
 import functools
 import logging
 
-from extender.claims import DELETE_PROTECTION_FINALIZER
+from extender import profiles
+from extender.claims import DELETE_PROTECTION_FINALIZER, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.core import binding
 from extender.core.evaluation import PODS_SEEN_SIZE
@@ -38,9 +41,12 @@ log = logging.getLogger(__name__)
 class InMemoryBinder:
     """BindService writing into a ClusterState (see module docstring)."""
 
-    def __init__(self, state: ClusterState, placement: Placement) -> None:
+    def __init__(
+        self, state: ClusterState, placement: Placement, *, scheduler_names: tuple[str, ...] = ()
+    ) -> None:
         self._state = state
         self._placement = placement
+        self._scheduler_names = scheduler_names  # the setting: see extender/profiles.py
         self._lock = asyncio.Lock()
 
     async def bind(self, *, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
@@ -95,6 +101,11 @@ class InMemoryBinder:
         bound_to = pod.node_name
         if bound_to:
             return "" if bound_to == node else f"pod {namespace}/{name} is already bound to node {bound_to}"
+        if not profiles.places(self._scheduler_names, pod):
+            claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
+            refusal = profiles.bind_refusal(self._scheduler_names, pod, claims)
+            if refusal:
+                return refusal
         try:
             choice = self._placement.choose_for_bind(pod, node, wording=binding.IN_MEMORY)
         except binding.BindRefusal as exc:

@@ -1,8 +1,8 @@
 """`Pod`: a pod as the core reads it, parsed once at the edge by `parse_pod`.
 
-Owns: the typed record of the pod fields the extender reads (identity, `spec.nodeName`, the
-labels and annotations, the gang references, `spec.resourceClaims` and
-`status.resourceClaimStatuses`) and its one parser. The edges parse (the wire's filter and
+Owns: the typed record of the pod fields the extender reads (identity, `spec.nodeName`,
+`spec.schedulerName`, the labels and annotations, the gang references, `spec.resourceClaims`
+and `status.resourceClaimStatuses`) and its one parser. The edges parse (the wire's filter and
 prioritize bodies, the binders' pod lookup, explain and the dashboard); the core, the claim
 resolution and the gang terms read records only.
 
@@ -27,6 +27,8 @@ from extender.objects import Obj, list_field, mapping_field, text_field
 from extender.validation import pod_problem
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+#: The API server's default for `spec.schedulerName`, so a pod without one reads as it would in a cluster.
+DEFAULT_SCHEDULER = "default-scheduler"
 
 
 class PodResourceClaim(NamedTuple):
@@ -60,6 +62,7 @@ class Pod:
     name: str  # '' when absent
     uid: str  # '' when absent
     node_name: str  # spec.nodeName, '' when unbound
+    scheduler_name: str = DEFAULT_SCHEDULER  # spec.schedulerName; DEFAULT_SCHEDULER when absent or empty
     #: Entries with string values (a label value of another type counts as absent).
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY, hash=False)
     #: Entries with string values; numbers written unquoted in hand-made YAML count as their text.
@@ -105,6 +108,7 @@ def parse_pod(obj: Any) -> Pod:
         name=text_field(meta.get("name")),
         uid=text_field(meta.get("uid")),
         node_name=text_field(spec.get("nodeName")),
+        scheduler_name=text_field(spec.get("schedulerName")) or DEFAULT_SCHEDULER,
         labels=_labels(meta.get("labels")),
         annotations=_annotations(meta.get("annotations")),
         resource_claims=tuple(

@@ -16,6 +16,9 @@ Bodies are read with a deadline (`body_read_timeout_seconds`: 408 and the connec
 a body that does not decode as its `Content-Encoding` says is a 400, and a client that hangs up
 mid-body is counted as code 499 (nginx's "client closed request"), not as a server error.
 
+Browser requests from other origins that write (403) and verb bodies that are not JSON (415) are
+refused before their body is read (`extender.origins`, docs/browser-requests.md).
+
 Verbs are served at `/<verb>` and under any path prefix (`/scheduler/filter`), because the
 scheduler's `urlPrefix` may carry a path.
 
@@ -45,7 +48,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
-from extender import telemetry, verdicts, wire
+from extender import origins, profiles, telemetry, verdicts, wire
 from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
 from extender.pods import Pod, parse_pod
 from extender.settings import Settings
@@ -98,6 +101,7 @@ class _Outcome:
     node: str = ""  # bind: the chosen node
     reason: str = ""  # bind: verdicts.BIND_REASONS; filter: telemetry.FILTER_ERROR_REASONS
     error: str = ""
+    other_profile: bool = False  # filter/prioritize: the pod's profile is not in scheduler_names
 
     def set_pod(self, pod: Pod) -> None:
         self.pod = pod
@@ -231,11 +235,16 @@ async def handle_filter(request: web.Request) -> web.Response:
     """POST filter: which of the given nodes can hold the pod's claims."""
     outcome, pod, node_names, node_items = await _decode_args(request, "filter")
     placement = request.app[PLACEMENT_KEY]
-    deadline = request.app[SETTINGS_KEY].filter_timeout_seconds
+    settings = request.app[SETTINGS_KEY]
+    deadline = settings.filter_timeout_seconds
     try:
-        if not placement.ready():
+        if not profiles.places(settings.scheduler_names, pod):
+            outcome.other_profile = True  # not ours: every node passes, nothing is evaluated
+            verdict = FilterVerdict(passed=node_names)
+        elif not placement.ready():
             raise IndexNotReady("the device inventory is not loaded or synced yet")
-        verdict = await request.app[WORKER_KEY].run(placement.filter, pod, node_names, timeout=deadline)
+        else:
+            verdict = await request.app[WORKER_KEY].run(placement.filter, pod, node_names, timeout=deadline)
     except IndexNotReady as exc:
         outcome.reason = "not_ready"
         verdict = FilterVerdict(error=f"{NOT_READY}: {exc}")
@@ -277,17 +286,23 @@ async def handle_prioritize(request: web.Request) -> web.Response:
     """POST prioritize: a 0..10 score per node."""
     outcome, pod, node_names, _ = await _decode_args(request, "prioritize")
     placement = request.app[PLACEMENT_KEY]
-    if not placement.ready():
+    settings = request.app[SETTINGS_KEY]
+    if not profiles.places(settings.scheduler_names, pod):
+        outcome.other_profile = True  # not ours: no preference among the nodes
+        scores = [HostScore(name, 0) for name in node_names]
+    elif not placement.ready():
         logger.warning("prioritize pod=%s: %s", outcome.pod_ref, NOT_READY)
         return _error(503, f"{NOT_READY}: the device inventory is not loaded or synced yet")
-    deadline = request.app[SETTINGS_KEY].filter_timeout_seconds
-    try:
-        scores = await request.app[WORKER_KEY].run(placement.prioritize, pod, node_names, timeout=deadline)
-    except WorkTimeout as exc:
-        return _error(503, _too_slow("prioritize", outcome, exc))
-    except Exception as exc:
-        logger.exception("prioritize pod=%s: failed", outcome.pod_ref)
-        return _error(500, f"prioritize failed: {type(exc).__name__}: {exc}")
+    else:
+        try:
+            scores = await request.app[WORKER_KEY].run(
+                placement.prioritize, pod, node_names, timeout=settings.filter_timeout_seconds
+            )
+        except WorkTimeout as exc:
+            return _error(503, _too_slow("prioritize", outcome, exc))
+        except Exception as exc:
+            logger.exception("prioritize pod=%s: failed", outcome.pod_ref)
+            return _error(500, f"prioritize failed: {type(exc).__name__}: {exc}")
     _account_prioritize(request.app[METRICS_KEY], outcome, scores)
     with _child(telemetry.SPAN_ENCODE):
         answer = wire.encode_host_priorities(scores)
@@ -435,6 +450,26 @@ async def _errors_and_telemetry(request: web.Request, handler: Handler) -> web.S
     return response
 
 
+@web.middleware
+async def _browser_guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse cross-origin browser writes (403) and verb bodies that are not JSON (415), before
+    the body is read (`extender.origins` says why). Inside `_errors_and_telemetry`, so a refused
+    verb call is still counted and logged with its status."""
+    refusal = origins.cross_origin_refusal(request.method, request.headers)
+    status = 403
+    route = (request.match_info.route.name or "").removesuffix(_PREFIXED)
+    if not refusal and route in VERBS:
+        refusal, status = origins.json_refusal(request.headers.get("Content-Type")), 415
+    if not refusal:
+        return await handler(request)
+    # A verb's call line (`_log_call`) already carries the status and the error.
+    level = logging.DEBUG if route in VERBS else logging.INFO
+    logger.log(level, "%s %s refused with HTTP %d: %s", request.method, request.path, status, refusal)
+    response = _error(status, refusal)
+    response.force_close()  # the body is not read: do not take what follows it for a request
+    return response
+
+
 def _count(metrics: Metrics, verb: str, status: int, duration: float) -> None:
     metrics.request_duration.labels(verb).observe(duration)
     metrics.requests.labels(verb, str(status)).inc()
@@ -508,6 +543,8 @@ def _log_call(outcome: _Outcome, status: int, duration: float) -> None:
         fields["scored"] = outcome.scored
     else:
         fields.update(node=outcome.node, reason=outcome.reason)
+    if outcome.other_profile:
+        fields["skipped"] = f"profile {outcome.pod.scheduler_name} not in scheduler_names"
     fields["code"] = status
     if outcome.error:
         fields["error"] = outcome.error
@@ -555,7 +592,9 @@ def make_app(
         registry = CollectorRegistry()
         prometheus_client.ProcessCollector(registry=registry)
         prometheus_client.PlatformCollector(registry=registry)
-    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=[_errors_and_telemetry])
+    app = web.Application(
+        client_max_size=settings.max_body_bytes, middlewares=[_errors_and_telemetry, _browser_guard]
+    )
     app[SETTINGS_KEY] = settings
     app[PLACEMENT_KEY] = placement
     app[BINDER_KEY] = binder

@@ -18,7 +18,6 @@ Only `extender.__main__` passes `os.environ` in; nothing else reads the environm
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -28,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from extender import bounds
 from extender.allocator.features import Features, parse_feature_gates
 from extender.core.gang import GangSettings
 from extender.index.topology import PACKING_POLICIES, TopologySettings, parse_drivers
@@ -82,7 +82,8 @@ class Settings:
     """Write logs as one JSON object per line instead of plain text."""
 
     scheduler_names: tuple[str, ...] = ()
-    """Scheduler profiles whose pods we place; empty means every profile."""
+    """Scheduler profiles whose pods we place; empty means every profile. Pods of other profiles
+    pass filter untouched, score 0, and are bound without allocating (extender/profiles.py)."""
 
     ui: bool = False
     """Serve the read-only placement dashboard at `/ui` (and record the last verb decisions)."""
@@ -259,22 +260,13 @@ def _to_port(value: Any, where: str) -> int:
 
 def _to_size(value: Any, where: str) -> int:
     match = re.fullmatch(r"\s*(\d+)\s*(Ki|Mi|Gi)?\s*", str(value))
-    if isinstance(value, bool) or match is None or int(match.group(1)) <= 0:
+    size = 0 if match is None else int(match.group(1)) * _SIZE_SUFFIXES[match.group(2) or ""]
+    if isinstance(value, bool) or not 1 <= size <= bounds.MAX_BODY_BYTES_LIMIT:
         raise ValueError(
-            f"{where}: {value!r} is not a size; allowed: a positive integer of bytes, "
+            f"{where}: {value!r} is not a size; allowed: an integer of bytes from 1 to 1Gi, "
             "optionally with a suffix Ki, Mi or Gi (e.g. 67108864 or 64Mi)"
         )
-    return int(match.group(1)) * _SIZE_SUFFIXES[match.group(2) or ""]
-
-
-def _to_seconds(value: Any, where: str) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = -1.0
-    if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"{where}: {value!r} is not a duration; allowed: a positive number of seconds")
-    return seconds
+    return size
 
 
 def _to_log_level(value: Any, where: str) -> str:
@@ -297,38 +289,11 @@ def _to_name(value: Any, where: str) -> str:
     return text
 
 
-def _to_positive_count(value: Any, where: str) -> int:
-    count = _to_count(value, where)
-    if count < 1:
-        raise ValueError(f"{where}: {value!r} is not a positive count; allowed: an integer >= 1")
-    return count
-
-
 def _to_otlp_protocol(value: Any, where: str) -> str:
     text = str(value).strip().lower()
     if text not in OTLP_PROTOCOLS:
         raise ValueError(f"{where}: {value!r} is not an OTLP protocol; allowed: {', '.join(OTLP_PROTOCOLS)}")
     return text
-
-
-def _to_weight(value: Any, where: str) -> float:
-    try:
-        weight = float(value)
-    except (TypeError, ValueError):
-        weight = -1.0
-    if isinstance(value, bool) or not 0 <= weight < float("inf"):
-        raise ValueError(f"{where}: {value!r} is not a weight; allowed: a number >= 0")
-    return weight
-
-
-def _to_count(value: Any, where: str) -> int:
-    try:
-        count = int(value)
-    except (TypeError, ValueError):
-        count = -1
-    if isinstance(value, bool) or count < 0:
-        raise ValueError(f"{where}: {value!r} is not a count; allowed: an integer >= 0")
-    return count
 
 
 def _to_packing(value: Any, where: str) -> str:
@@ -345,20 +310,6 @@ def _to_kernel_warmup(value: Any, where: str) -> str:
     if text not in KERNEL_WARMUPS:
         raise ValueError(f"{where}: {value!r} is not a kernel warm-up; allowed: {', '.join(KERNEL_WARMUPS)}")
     return text
-
-
-def _to_distances(value: Any, where: str) -> tuple[float, float, float, float, float]:
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        distances = tuple(float(i) for i in items)
-    except (TypeError, ValueError):
-        distances = ()
-    if len(distances) != 5 or any(b <= a for a, b in itertools.pairwise(distances)) or distances[0] <= 0:
-        raise ValueError(
-            f"{where}: {value!r} is not a list of 5 increasing positive distances "
-            "(nvlink, pcie, numa, socket, node), e.g. 1,2,3,4,6"
-        )
-    return distances
 
 
 def _to_drivers(value: Any, where: str) -> dict[str, Any]:
@@ -421,45 +372,45 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "kube": _to_bool,
         "kubeconfig": _path_converter(base),
         "max_body_bytes": _to_size,
-        "assume_ttl_seconds": _to_seconds,
-        "filter_timeout_seconds": _to_seconds,
-        "body_read_timeout_seconds": _to_seconds,
+        "assume_ttl_seconds": bounds.bounded("assume_ttl_seconds"),
+        "filter_timeout_seconds": bounds.bounded("filter_timeout_seconds"),
+        "body_read_timeout_seconds": bounds.bounded("body_read_timeout_seconds"),
         "log_level": _to_log_level,
         "log_json": _to_bool,
         "ui": _to_bool,
         "scheduler_names": _to_names,
-        "cel_result_cache_size": _to_positive_count,
-        "watch_stall_seconds": _to_seconds,
-        "relist_ready_seconds": _to_seconds,
+        "cel_result_cache_size": bounds.bounded("cel_result_cache_size"),
+        "watch_stall_seconds": bounds.bounded("watch_stall_seconds"),
+        "relist_ready_seconds": bounds.bounded("relist_ready_seconds"),
         "tls_cert_file": _path_converter(base),
         "tls_key_file": _path_converter(base),
         "client_ca_file": _path_converter(base),
         "leader_elect": _to_bool,
         "leader_lease_name": _to_name,
         "leader_lease_namespace": _to_name,
-        "lease_duration_seconds": _to_seconds,
-        "renew_deadline_seconds": _to_seconds,
-        "retry_period_seconds": _to_seconds,
+        "lease_duration_seconds": bounds.bounded("lease_duration_seconds"),
+        "renew_deadline_seconds": bounds.bounded("renew_deadline_seconds"),
+        "retry_period_seconds": bounds.bounded("retry_period_seconds"),
         "tracing": _to_bool,
         "otlp_endpoint": _to_text,
         "otlp_protocol": _to_otlp_protocol,
         "packing": _to_packing,
-        "locality_weight": _to_weight,
-        "fragmentation_weight": _to_weight,
-        "packing_weight": _to_weight,
-        "preference_weight": _to_weight,
-        "cross_claim_weight": _to_weight,
-        "partition_packing_weight": _to_weight,
-        "partition_headroom_weight": _to_weight,
-        "level_distances": _to_distances,
+        "locality_weight": bounds.bounded("locality_weight"),
+        "fragmentation_weight": bounds.bounded("fragmentation_weight"),
+        "packing_weight": bounds.bounded("packing_weight"),
+        "preference_weight": bounds.bounded("preference_weight"),
+        "cross_claim_weight": bounds.bounded("cross_claim_weight"),
+        "partition_packing_weight": bounds.bounded("partition_packing_weight"),
+        "partition_headroom_weight": bounds.bounded("partition_headroom_weight"),
+        "level_distances": bounds.to_distances,
         "topology_drivers": _to_drivers,
-        "kernel_max_work": _to_count,
-        "kernel_threads": _to_count,
+        "kernel_max_work": bounds.bounded("kernel_max_work"),
+        "kernel_threads": bounds.to_threads,
         "kernel_warmup": _to_kernel_warmup,
         "gang_clique_label": _to_text,
         "gang_clique_attribute": _to_text,
         "gang_size_annotation": _to_text,
-        "gang_weight": _to_weight,
+        "gang_weight": bounds.bounded("gang_weight"),
         "gang_filter_other_cliques": _to_bool,
     }
 

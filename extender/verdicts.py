@@ -93,6 +93,7 @@ ALLOCATED_ELSEWHERE = "allocated_elsewhere"
 NO_FIT = "no_fit"  # the pod's claims cannot be allocated on the node (any more)
 API_ERROR = "api_error"  # any other API or transport failure
 POD_GONE = "pod_gone"  # the pod does not exist, or not with this UID/name
+OTHER_PROFILE = "other_profile"  # a pending claim of a pod whose profile is not in scheduler_names
 #: Every bind reason, in the order the metric's help text lists them.
 BIND_REASONS: tuple[str, ...] = (
     OK,
@@ -107,6 +108,7 @@ BIND_REASONS: tuple[str, ...] = (
     NO_FIT,
     API_ERROR,
     POD_GONE,
+    OTHER_PROFILE,
 )
 
 

@@ -127,7 +127,7 @@ def _check_claim_entries(entries: Any, path: str, fields: tuple[str, ...]) -> No
 def check_pod(pod: Obj) -> None:
     """Type-check the parts of a Pod the extender reads, so a malformed one is a 400, not a crash.
 
-    Read are `metadata.{name,namespace,uid}`, `spec.{nodeName,resourceClaims}` and
+    Read are `metadata.{name,namespace,uid}`, `spec.{nodeName,schedulerName,resourceClaims}` and
     `status.resourceClaimStatuses`; every other field is passed over untouched. Each may be null.
 
     Raises:
@@ -139,7 +139,8 @@ def check_pod(pod: Obj) -> None:
     _check_optional(status, "Pod.status", dict, "an object")
     for name in ("name", "namespace", "uid"):
         _check_optional((meta or {}).get(name), f"Pod.metadata.{name}", str, "a string")
-    _check_optional((spec or {}).get("nodeName"), "Pod.spec.nodeName", str, "a string")
+    for name in ("nodeName", "schedulerName"):
+        _check_optional((spec or {}).get(name), f"Pod.spec.{name}", str, "a string")
     _check_claim_entries(
         (spec or {}).get("resourceClaims"),
         "Pod.spec.resourceClaims",
@@ -254,9 +255,17 @@ def encode_filter_result(verdict: FilterVerdict, node_items: list[Obj] | None) -
 
 
 def encode_host_priorities(scores: list[HostScore]) -> bytes:
-    """Encode prioritize scores as a `HostPriorityList` JSON array of `{"Host", "Score"}`."""
-    priorities: list[HostPriority] = [{"Host": s.host, "Score": int(s.score)} for s in scores]
+    """Encode prioritize scores as a `HostPriorityList` JSON array of `{"Host", "Score"}`.
+
+    Each score is clamped to MIN_EXTENDER_PRIORITY..MAX_EXTENDER_PRIORITY, the protocol's range,
+    whatever the placement produced (the scheduler multiplies it by the extender's weight).
+    """
+    priorities: list[HostPriority] = [{"Host": s.host, "Score": _clamped(s.score)} for s in scores]
     return orjson.dumps(priorities)
+
+
+def _clamped(score: int) -> int:
+    return min(MAX_EXTENDER_PRIORITY, max(MIN_EXTENDER_PRIORITY, int(score)))
 
 
 def encode_binding_result(error: str) -> bytes:

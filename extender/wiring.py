@@ -44,7 +44,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
     warm_kernels(settings)
     placement.warm()  # build the index and the tiers' columns now, not in the first filter call
     freeze_heap()
-    return placement, InMemoryBinder(state, placement)
+    return placement, InMemoryBinder(state, placement, scheduler_names=settings.scheduler_names)
 
 
 def freeze_heap() -> None:
@@ -116,7 +116,9 @@ def build_kube_services(
             renew_deadline=settings.renew_deadline_seconds,
             retry_period=settings.retry_period_seconds,
         )
-    binder = KubeBinder(api_client, state, placement, elector=elector)
+    binder = KubeBinder(
+        api_client, state, placement, elector=elector, scheduler_names=settings.scheduler_names
+    )
     return placement, binder, source
 
 

@@ -72,6 +72,22 @@ class FakeBinder:
         return self.outcome
 
 
+#: What kube-scheduler sends with every verb; the server refuses other bodies with 415.
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@pytest.fixture
+def aiohttp_client(aiohttp_client: Any) -> Callable[..., Awaitable[Any]]:
+    """pytest-aiohttp's client factory, sending `Content-Type: application/json` unless a test
+    says otherwise (as kube-scheduler does); `headers=` per request still overrides it."""
+
+    async def make(app: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("headers", JSON_HEADERS)
+        return await aiohttp_client(app, **kwargs)
+
+    return make
+
+
 @pytest.fixture
 def placement() -> FakePlacement:
     """A fresh, ready FakePlacement that passes no nodes."""

@@ -56,6 +56,7 @@ scheduler takes is in the clique the nomination names.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -269,8 +270,12 @@ def _fit_terms(slots: Mapping[str, int], need: int | None) -> dict[str, float]:
 
 
 def combine(priority: int, clique_score: float, weight: float) -> int:
-    """A node's 0..10 priority from its topology priority and its clique term."""
-    return round((weight * 10.0 * clique_score + priority) / (weight + 1.0))
+    """A node's 0..10 priority from its topology priority and its clique term (in 0..1): their
+    mean weighted `weight` : 1. Written as shares so a huge weight cannot overflow (1e308 once
+    made this raise, and prioritize answer 500); the result is clamped to 0..10 whatever comes in."""
+    share = weight / (weight + 1.0)
+    value = share * 10.0 * clique_score + (1.0 - share) * priority
+    return min(10, max(0, round(value))) if math.isfinite(value) else min(10, max(0, priority))
 
 
 def home_clique(clique_of: Mapping[str, str], placed_nodes: Iterable[str]) -> str | None:

@@ -470,13 +470,22 @@ def priorities(scores: np.ndarray) -> np.ndarray:
     Stretching to the call's range keeps kube-scheduler's integer scale from merging nodes whose
     device sets differ; the extender's `weight` in the scheduler configuration sets how much the
     ranking counts against other plugins. Equal scores all get 10.
+
+    Whatever the scores, the answer is 0..10: a score that is not finite (settings bound the
+    weights, but a NaN once became a priority of -2**63) gets 0, and the range is taken in
+    halves so that no difference of finite scores overflows.
     """
-    if len(scores) == 0:
-        return np.zeros(0, dtype=np.int64)
-    low, high = float(scores.min()), float(scores.max())
-    if high - low < 1e-9:
-        return np.full(len(scores), 10, dtype=np.int64)
-    return np.rint(10 * (scores - low) / (high - low)).astype(np.int64)
+    out = np.zeros(len(scores), dtype=np.int64)
+    finite = np.isfinite(scores)
+    if not finite.any():
+        return out
+    half = scores[finite] / 2
+    low, high = float(half.min()), float(half.max())
+    if high - low < 5e-10:
+        out[finite] = 10
+    else:
+        out[finite] = np.clip(np.rint((half - low) / (high - low) * 10), 0, 10).astype(np.int64)
+    return out
 
 
 def by_preference(priorities: np.ndarray, preference: np.ndarray) -> np.ndarray:

@@ -9,6 +9,8 @@ One rule serves both scheduler profiles (extender-protocol.md §3.3, §7.3):
   each with the claim's resourceVersion as precondition; then the Binding is created;
 - an already allocated claim shared with other pods gets only the `reservedFor` entry (the
   kubelet runs a pod only if every claim is reserved for it).
+A pod of a profile not in `scheduler_names` is bound the same way, but a pending claim of it is
+refused instead of allocated (`extender.profiles`).
 
 Why binds cannot hand out one device twice, step by step:
 1. bind A and bind B run concurrently (kube-scheduler binds each pod in its own goroutine);
@@ -58,8 +60,14 @@ from typing import Any, Protocol, TypeVar
 
 from kubernetes import client
 
-from extender import telemetry
-from extender.claims import DELETE_PROTECTION_FINALIZER, RESERVED_FOR_MAX, Claim, same_devices
+from extender import profiles, telemetry
+from extender.claims import (
+    DELETE_PROTECTION_FINALIZER,
+    RESERVED_FOR_MAX,
+    Claim,
+    resolve_pod_claims,
+    same_devices,
+)
 from extender.cluster.state import ClusterState
 from extender.core import binding
 from extender.core.placement import Placement
@@ -75,6 +83,7 @@ from extender.verdicts import (
     NO_FIT,
     NOT_LEADER,
     OK,
+    OTHER_PROFILE,
     POD_GONE,
     TIMEOUT,
     BindOutcome,
@@ -145,12 +154,14 @@ class KubeBinder:
         max_attempts: int = MAX_WRITE_ATTEMPTS,
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
         max_workers: int = 8,
+        scheduler_names: tuple[str, ...] = (),
     ) -> None:
         self._core = client.CoreV1Api(api_client)
         self._resource = client.ResourceV1Api(api_client)
         self._state = state
         self._placement = placement
         self._elector = elector
+        self._scheduler_names = scheduler_names  # the setting: see extender/profiles.py
         self._max_attempts = max_attempts
         self._timeout = request_timeout
         self._pool = api.CallPool(name="kube-bind", max_workers=max_workers)
@@ -257,6 +268,11 @@ class KubeBinder:
         evaluation and the `assume` calls.
         """
         self._prune_assumed()
+        if not profiles.places(self._scheduler_names, pod):
+            claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
+            refusal = profiles.bind_refusal(self._scheduler_names, pod, claims)
+            if refusal:
+                raise BindFailure(refusal, OTHER_PROFILE)
         writes: list[_ClaimWrite] = []
 
         def admit(claim: Claim) -> None:

@@ -114,7 +114,7 @@ def test_cache_size_setting_reaches_new_evaluators(monkeypatch: pytest.MonkeyPat
     assert settings.cel_result_cache_size == 7
     selecting.set_result_cache_size(settings.cel_result_cache_size)
     assert CachingEvaluator(Features()).cache_size == 7
-    with pytest.raises(ValueError, match="positive count"):
+    with pytest.raises(ValueError, match="an integer from 1 to 65536"):
         load_settings(SimpleNamespace(), {"DRA_EXTENDER_CEL_RESULT_CACHE_SIZE": "0"})
     with pytest.raises(ValueError, match="at least 1"):
         CachingEvaluator(Features(), cache_size=0)

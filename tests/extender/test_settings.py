@@ -144,7 +144,7 @@ INVALID = {
     "bad-log-level": (_flags(log_level="loud"), {}, "allowed: debug, info, warning, error, critical"),
     "bad-listen": (_flags(listen="8888"), {}, "--listen: '8888' is not HOST:PORT"),
     "bad-port": (_flags(listen="localhost:99999"), {}, "allowed: an integer 0..65535"),
-    "bad-size": (_flags(max_body_bytes="lots"), {}, "allowed: a positive integer of bytes"),
+    "bad-size": (_flags(max_body_bytes="lots"), {}, "allowed: an integer of bytes from 1 to 1Gi"),
     "zero-size": (_flags(max_body_bytes="0"), {}, "--max-body-bytes"),
     "bad-gate-syntax": (_flags(feature_gates="DRAAdminAccess"), {}, "must look like Name=true"),
     "unknown-gate": (_flags(feature_gates="NoSuchGate=true"), {}, "known gates: DRAAdminAccess"),
@@ -153,7 +153,11 @@ INVALID = {
         {"DRA_EXTENDER_LOG_JSON": "maybe"},
         "DRA_EXTENDER_LOG_JSON: 'maybe' is not a boolean",
     ),
-    "bad-env-seconds": (_flags(), {"DRA_EXTENDER_ASSUME_TTL_SECONDS": "-1"}, "a positive number of seconds"),
+    "bad-env-seconds": (
+        _flags(),
+        {"DRA_EXTENDER_ASSUME_TTL_SECONDS": "-1"},
+        "greater than 0 and at most 3600",
+    ),
     "kube-and-state": (_flags(kube=True, state=["a.yaml"]), {}, "mutually exclusive"),
     "bad-kernel-warmup": (
         _flags(),

@@ -209,7 +209,7 @@ def test_partition_weights_are_settings(tmp_path) -> None:
     assert (topology.partition_packing_weight, topology.partition_headroom_weight) == (3.0, 0.5)
     topology = load_settings(flags, {"DRA_EXTENDER_PARTITION_HEADROOM_WEIGHT": "7"}).topology()
     assert topology.partition_headroom_weight == 7.0
-    with pytest.raises(ValueError, match="PARTITION_PACKING_WEIGHT: '-1' is not a weight"):
+    with pytest.raises(ValueError, match="PARTITION_PACKING_WEIGHT: '-1' is out of range"):
         load_settings(argparse.Namespace(config=None), {"DRA_EXTENDER_PARTITION_PACKING_WEIGHT": "-1"})
     with pytest.raises(ValueError, match="weights must be finite"):
         TopologySettings(partition_headroom_weight=float("nan"))

@@ -54,7 +54,8 @@ def _kubeconfig(path: Path, server: str) -> Path:
 
 def _request(url: str, body: bytes | None = None) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=5) as response:
+        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()

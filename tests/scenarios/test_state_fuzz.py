@@ -42,6 +42,7 @@ from extender.pods import parse_pod
 from extender.server import make_app
 from extender.settings import Settings
 from extender.validation import InvalidObject, problems, validate
+from tests.conftest import JSON_HEADERS
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
 FUZZ = settings(
@@ -254,7 +255,7 @@ async def _filter_over_http(objects: list[Obj], pod: Obj) -> tuple[int, Obj]:
     state = ClusterState.from_objects(objects)
     placement = Placement(state, features=Features.from_gates(), assumed=AssumeCache())
     app = make_app(Settings(), placement=placement, binder=InMemoryBinder(state, placement))
-    async with TestClient(TestServer(app)) as client:
+    async with TestClient(TestServer(app), headers=JSON_HEADERS) as client:
         resp = await client.post("/filter", json={"Pod": pod, "NodeNames": NODES})
         return resp.status, await resp.json()
 

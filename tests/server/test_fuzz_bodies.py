@@ -30,6 +30,7 @@ from extender.cluster.state import ClusterState
 from extender.server import make_app
 from extender.settings import Settings
 from extender.wiring import build_services
+from tests.conftest import JSON_HEADERS
 
 EXAMPLES = int(os.environ.get("DRA_FUZZ_EXAMPLES", "250"))
 FUZZ = settings(
@@ -169,7 +170,7 @@ class Served:
         app = make_app(Settings(), placement=placement, binder=binder, registry=CollectorRegistry())
 
         async def start() -> TestClient[Any, Any]:
-            client: TestClient[Any, Any] = TestClient(TestServer(app))
+            client: TestClient[Any, Any] = TestClient(TestServer(app), headers=JSON_HEADERS)
             await client.start_server()
             return client
 

@@ -32,6 +32,7 @@ from extender.cluster import sample
 from extender.cluster.state import ClusterState
 from extender.server import make_app
 from extender.settings import Settings, load_settings
+from tests.conftest import JSON_HEADERS
 from tests.tls import certs
 
 FILTER_BODY = orjson.dumps(
@@ -172,7 +173,7 @@ async def call_filter(port: int, context: ssl.SSLContext) -> dict[str, Any]:
     connector = aiohttp.TCPConnector(ssl=context, force_close=True)
     async with (
         aiohttp.ClientSession(connector=connector) as session,
-        session.post(f"https://localhost:{port}/filter", data=FILTER_BODY) as resp,
+        session.post(f"https://localhost:{port}/filter", data=FILTER_BODY, headers=JSON_HEADERS) as resp,
     ):
         assert resp.status == 200
         return await resp.json()
