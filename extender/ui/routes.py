@@ -45,11 +45,7 @@ def add_dashboard(app: web.Application, placement: Placement, *, decisions: int 
     log_ = DecisionLog(decisions)
     app[DECISIONS_KEY] = log_
     app[UI_PLACEMENT_KEY] = placement
-
-    async def score_terms(pod: Obj, names: list[str]) -> dict[str, Obj]:
-        return await app[WORKER_KEY].run(_terms, placement, pod, names, timeout=_READ_TIMEOUT)
-
-    app.middlewares.append(recording_middleware(log_, score_terms=score_terms))
+    app.middlewares.append(recording_middleware(log_))
     app.router.add_get("/ui", _page, name="ui")
     app.router.add_get("/ui/", _page)
     app.router.add_get("/ui/static/{file}", _static, name="ui-static")
@@ -213,22 +209,6 @@ def _pod_to_explain(placement: Placement, text: str) -> Obj:
     if not isinstance(document.get("metadata"), dict) or not isinstance(document.get("spec"), dict):
         raise ValueError("a Pod needs metadata and spec objects")
     return document
-
-
-def _terms(placement: Placement, pod: Obj, names: list[str]) -> dict[str, Obj]:
-    """Score terms of the nodes prioritize just ranked (from the cached evaluation)."""
-    evaluation = placement.evaluate(parse_pod(pod), names)  # equal pods: the cached evaluation
-    out: dict[str, Obj] = {}
-    for name in names:
-        score = evaluation.scores.get(name)
-        if score is not None:
-            out[name] = {
-                "score": round(score.score, 4),
-                "locality": round(score.locality, 4),
-                "fragmentation": round(score.fragmentation, 4),
-                "packing": round(score.packing, 4),
-            }
-    return out
 
 
 def pod_ref(pod: Obj) -> str:

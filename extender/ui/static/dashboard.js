@@ -144,6 +144,8 @@ function renderDecisions(list) {
   }
 }
 
+// A decision's nodes come as a list of rows, never as objects keyed by node name: a node named
+// "constructor" or "__proto__" would otherwise read a property of Object.prototype.
 async function selectDecision(seq) {
   state.decision = seq;
   for (const row of document.querySelectorAll("#decisions tbody tr")) {
@@ -154,18 +156,24 @@ async function selectDecision(seq) {
   document.getElementById("decision-seq").textContent = `#${detail.seq}: ${detail.verb} ${detail.pod}`;
   const body = document.querySelector("#decision-nodes tbody");
   body.replaceChildren();
-  const nodes = new Set([...detail.passed_nodes, ...Object.keys(detail.scores), ...Object.keys(detail.reasons)]);
-  if (detail.verb === "bind") nodes.add(detail.node);
-  for (const node of nodes) {
-    const terms = detail.terms[node];
+  const rows = detail.verb === "bind" ? [{ name: detail.node, outcome: "bound", score: null, terms: null, reason: "" }]
+    : detail.nodes;
+  for (const node of rows) {
+    const terms = node.terms;
     const text = terms
       ? `score ${terms.score} (locality ${terms.locality}, fragmentation ${terms.fragmentation}, packing ${terms.packing})`
       : "";
+    const why = node.reason || (node.outcome === "passed" ? "passed" : detail.error || "");
     const row = el("tr");
-    const passed = detail.passed_nodes.includes(node) ? "passed" : "";
-    for (const value of [node, detail.scores[node] ?? "", text, detail.reasons[node] ?? (detail.error || passed)]) {
-      row.append(el("td", null, value));
-    }
+    row.dataset.node = node.name;
+    for (const value of [node.name, node.score ?? "", text, why]) row.append(el("td", null, value));
+    body.append(row);
+  }
+  if (detail.left_out) {
+    const row = el("tr", "muted");
+    const cell = el("td", null, `… ${detail.left_out} more node(s) not kept (the best-scored, or the first, are shown)`);
+    cell.colSpan = 4;
+    row.append(cell);
     body.append(row);
   }
 }
