@@ -1,14 +1,22 @@
-"""The dashboard's routes (see the package docstring for the list and the read-only rule)."""
+"""The dashboard's routes (see the package docstring for the list and the read-only rule).
+
+Explain runs against the live placement on its worker thread, in steps of about
+`EXPLAIN_STEP_SECONDS` with the verbs' queued work in between, and one at a time: a second
+explain while one runs is answered 429 at once (with `Retry-After`), rather than queued, so no
+number of open dashboards can pile explains onto the worker the scheduler's calls need.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import importlib.resources
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
-import yaml
 from aiohttp import web
 
 from extender import explaining
@@ -18,13 +26,26 @@ from extender.pods import parse_pod
 from extender.server import WORKER_KEY
 from extender.ui import fleet
 from extender.ui.decisions import DecisionLog, recording_middleware
+from extender.validation import pod_problem
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+
+@dataclass(slots=True)
+class _ExplainGate:
+    """Whether an explain is running (event loop only: no lock)."""
+
+    busy: bool = False
+
+
 DECISIONS_KEY = web.AppKey("ui_decisions", DecisionLog)
 UI_PLACEMENT_KEY = web.AppKey("ui_placement", Placement)
+_EXPLAIN_GATE_KEY = web.AppKey("ui_explain_gate", _ExplainGate)
+#: Worker time one explain step takes before it lets queued verb work run (a step finishes the
+#: group of nodes it is on, so it can run a little longer).
+EXPLAIN_STEP_SECONDS = 0.002
 #: How long a dashboard read waits for the placement's worker thread (busy with verb work).
 _READ_TIMEOUT = 30.0
 #: Largest pod text the explain form accepts.
@@ -45,6 +66,7 @@ def add_dashboard(app: web.Application, placement: Placement, *, decisions: int 
     log_ = DecisionLog(decisions)
     app[DECISIONS_KEY] = log_
     app[UI_PLACEMENT_KEY] = placement
+    app[_EXPLAIN_GATE_KEY] = _ExplainGate()
     app.middlewares.append(recording_middleware(log_))
     app.router.add_get("/ui", _page, name="ui")
     app.router.add_get("/ui/", _page)
@@ -173,42 +195,74 @@ async def _explain(request: web.Request) -> web.Response:
         return _json({"error": f"a pod to explain is at most {MAX_EXPLAIN_BYTES} bytes"}, 413)
     if not placement.ready():
         return _json({"error": "cluster state not ready"}, 503)
+    gate = request.app[_EXPLAIN_GATE_KEY]
+    if gate.busy:
+        response = _json(
+            {"error": "another explain is running (one at a time); try again when it is done"}, 429
+        )
+        response.headers["Retry-After"] = "1"
+        return response
+    gate.busy = True
     try:
-        pod, report = await _on_worker(request, _explain_text, placement, text)
+        return await _explained(request, placement, text)
+    finally:
+        gate.busy = False
+
+
+async def _explained(request: web.Request, placement: Placement, text: str) -> web.Response:
+    try:
+        # Parsing needs no placement: off the event loop and off the worker.
+        document = await asyncio.to_thread(_pod_document, text)
+        pod = await _on_worker(request, _resolve_pending, placement, document)
     except ValueError as exc:
         return _json({"error": str(exc)}, 400)
-    return _json({"pod": pod_ref(pod), "report": report})
-
-
-def _explain_text(placement: Placement, text: str) -> tuple[Obj, str]:
-    """(the pod, what `dra-extender explain` prints for it); ValueError names what is wrong."""
-    pod = _pod_to_explain(placement, text)
+    start = functools.partial(explaining.Explanation, time_limit=placement.filter_timeout_seconds)
+    explanation = await _on_worker(request, start, placement, pod)
     try:
-        report = explaining.explain(
-            placement.state, pod, features=placement.features, topology=placement.topology
-        )
+        while not await _on_worker(request, explanation.step, EXPLAIN_STEP_SECONDS):
+            pass
+    except explaining.StateChanging as exc:
+        return _json({"error": str(exc)}, 503)
     except Exception as exc:  # a pod the core cannot read: say so, never 500 a read-only form
-        log.info("dashboard explain of %s failed: %s", pod_ref(pod), exc)
-        raise ValueError(f"cannot explain this pod: {type(exc).__name__}: {exc}") from None
-    return pod, report
+        log.info("dashboard explain of %s failed: %s", pod_ref(pod), exc, exc_info=True)
+        return _json({"error": f"cannot explain this pod: {type(exc).__name__}: {exc}"}, 400)
+    return _json({"pod": pod_ref(pod), "report": explanation.report})
 
 
-def _pod_to_explain(placement: Placement, text: str) -> Obj:
-    try:
-        document = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"not YAML or JSON: {exc}") from None
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """`{"pending": "namespace/name"}`: explain that pending pod of the state."""
+
+    ref: str
+
+
+def _pod_document(text: str) -> Obj | _Pending:
+    """The pod pasted (checked as /filter checks one) or the pending pod asked for.
+
+    Raises:
+        ValueError: what is wrong, for the form (not YAML, nested too deeply, not one Pod, ...).
+    """
+    documents = explaining.parse_pod_documents(text, "pod")
+    document = documents[0] if len(documents) == 1 else None
     if isinstance(document, dict) and set(document) == {"pending"}:
-        wanted = str(document["pending"])
-        for pod in _pending_pods(placement):
-            if pod_ref(pod) == wanted:
-                return pod
-        raise ValueError(f"no pending pod {wanted} in the cluster state")
+        return _Pending(str(document["pending"]))
     if not isinstance(document, dict) or document.get("kind", "Pod") != "Pod":
         raise ValueError("paste one Pod object (YAML or JSON)")
     if not isinstance(document.get("metadata"), dict) or not isinstance(document.get("spec"), dict):
         raise ValueError("a Pod needs metadata and spec objects")
+    problem = pod_problem(document)
+    if problem:
+        raise ValueError(problem)
     return document
+
+
+def _resolve_pending(placement: Placement, document: Obj | _Pending) -> Obj:
+    if not isinstance(document, _Pending):
+        return document
+    for pod in _pending_pods(placement):
+        if pod_ref(pod) == document.ref:
+            return pod
+    raise ValueError(f"no pending pod {document.ref} in the cluster state")
 
 
 def pod_ref(pod: Obj) -> str:

@@ -197,7 +197,8 @@ async function explain() {
   const pending = document.getElementById("pending").value;
   const text = pending ? JSON.stringify({ pending }) : document.getElementById("pod-text").value;
   output.textContent = "…";
-  const response = await fetch("/ui/api/explain", { method: "POST", body: text, headers: { "Content-Type": "text/plain" } });
+  // Not text/plain: a content type no HTML form can send, so another site cannot post here unasked.
+  const response = await fetch("/ui/api/explain", { method: "POST", body: text, headers: { "Content-Type": "application/yaml" } });
   const answer = await response.json();
   output.classList.toggle("error", !response.ok);
   output.textContent = response.ok ? answer.report : answer.error;
