@@ -66,6 +66,7 @@ function deviceBox(device) {
   const cls = "device" + (device.assumed ? " assumed" : device.held ? " held" : "");
   const box = el("div", cls);
   box.dataset.device = device.name;
+  box.dataset.driver = device.driver;
   box.style.borderTopColor = domainColour(device.nvlink);
   box.title = `${device.driver}/${device.pool}/${device.name}\nNVLink domain: ${device.nvlink}\n` +
     `PCIe root: ${device.pcie}\nNUMA: ${device.numa}`;
