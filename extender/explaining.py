@@ -62,7 +62,7 @@ _CLOSERS = np.frombuffer(b"]}", dtype=np.uint8)
 
 
 class StateChanging(Exception):
-    """The cluster state changed under an explanation more than MAX_RESTARTS times."""
+    """The cluster's devices changed under an explanation more than MAX_RESTARTS times."""
 
 
 def parse_pod_documents(text: str, label: str) -> list[Any]:
@@ -159,7 +159,9 @@ class Explanation:
     Lifecycle: made and stepped on the placement's worker thread (or, for the CLI, on the
     caller's thread with a placement of its own); `step` until it returns True, then read
     `report`. A change of the placement's generation between steps starts it over (at most
-    MAX_RESTARTS times, then `StateChanging`), so the report describes one generation.
+    MAX_RESTARTS times), so the report describes one generation. After that, a change of claims or
+    bind choices (a busy cluster makes them all the time) is carried over with a note in the
+    report, while a change of the devices (the index rows move) raises `StateChanging`.
     """
 
     def __init__(
@@ -180,6 +182,7 @@ class Explanation:
         self._time_limit = time_limit
         self._clock = clock
         self._restarts = 0
+        self._outdated = False  # carried on over a claims change (see `step`)
         self._worked = 0.0  # seconds spent in `step`, held to filter_timeout_seconds
         self.report = ""
         self._generation: Generation = placement.generation()
@@ -189,18 +192,22 @@ class Explanation:
         """Work for about `seconds` (at least one group of nodes); True once `report` is ready.
 
         Raises:
-            StateChanging: the cluster state kept changing between steps.
+            StateChanging: the cluster's devices kept changing between steps.
         """
         if self.report:
             return True
-        if self._placement.generation() != self._generation:
-            self._restarts += 1
-            if self._restarts > MAX_RESTARTS:
+        now = self._placement.generation()
+        if now != self._generation:
+            if self._restarts < MAX_RESTARTS:
+                self._restarts += 1
+                self._work = self._steps()
+            elif now[0] != self._generation[0]:  # the devices changed: index rows moved
                 raise StateChanging(
-                    f"the cluster state changed {MAX_RESTARTS} times while explaining; try again"
+                    f"the cluster's devices changed while explaining, after {MAX_RESTARTS} restarts; try again"
                 )
-            self._generation = self._placement.generation()
-            self._work = self._steps()
+            else:  # claims or bind choices changed, as they do all the time in a busy cluster
+                self._outdated = True
+            self._generation = now
         started = self._clock()
         limit = self._time_limit
         try:
@@ -247,7 +254,13 @@ class Explanation:
             devices[name] = placement.choose_allocations(evaluation, name) or []
             yield
         nodes = [(name, scores.get(name), priorities.get(name, 0), devices.get(name, [])) for name in names]
-        self.report = _report(pod, evaluation, verdict, nodes)
+        report = _report(pod, evaluation, verdict, nodes)
+        if self._outdated:
+            report += (
+                "\n  note: claims changed while explaining (more than "
+                f"{MAX_RESTARTS} times); verdicts of the first nodes may be from before the change"
+            )
+        self.report = report
 
 
 def _groups(names: list[str], size: int) -> Iterator[list[str]]:
