@@ -203,7 +203,8 @@ class Explanation:
                 self._work = self._steps()
             elif now[0] != self._generation[0]:  # the devices changed: index rows moved
                 raise StateChanging(
-                    f"the cluster's devices changed while explaining, after {MAX_RESTARTS} restarts; try again"
+                    f"the cluster's devices changed while explaining, after {MAX_RESTARTS} restarts; "
+                    "try again"
                 )
             else:  # claims or bind choices changed, as they do all the time in a busy cluster
                 self._outdated = True
@@ -227,8 +228,8 @@ class Explanation:
         return "\n".join(
             [
                 f"pod {pod.namespace}/{pod.name or '?'}",
-                f"  error: explain did not finish within {limit:g} s (filter_timeout_seconds), "
-                "as a filter of this pod would not",
+                f"  error: explain did not finish within {limit:g} s (filter_timeout_seconds) of work; "
+                "a filter of this pod would run into the same deadline",
             ]
         )
 

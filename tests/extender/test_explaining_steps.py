@@ -74,5 +74,5 @@ def test_the_time_limit_turns_the_report_into_an_error(placement: Placement) -> 
         placement, _pod("gpu-training"), time_limit=5.0, clock=lambda: float(next(ticks))
     )
     report, _ = _run(explanation)
-    assert "error: explain did not finish within 5 s (filter_timeout_seconds)" in report
+    assert "error: explain did not finish within 5 s (filter_timeout_seconds) of work" in report
     assert "PASSED" not in report
