@@ -19,6 +19,7 @@ one call naming 200,000 nodes (or nodes with 1 MB names) leaves a few tens of KB
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -140,15 +141,58 @@ class DecisionLog:
         return self._entries[-1].seq if self._entries else 0
 
 
-def recording_middleware(decisions: DecisionLog) -> Middleware:
-    """An aiohttp middleware that records each verb call into `decisions` after it answered."""
+class VerbsInFlight:
+    """How many verb calls are being answered now, so the dashboard's own work on the worker
+    (explain) can wait for a moment without them (event loop only: no lock).
+
+    Why: the worker and the event loop are two threads under one GIL. While an explain step runs
+    on the worker, a verb's request decoding and answer encoding on the event loop wait for the
+    GIL up to the switch interval (5 ms) at every hand-over, on top of waiting for the step.
+    """
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._started = 0  # verb calls ever started: tells a quiet moment from a short call
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+
+    def __enter__(self) -> None:
+        self._running += 1
+        self._started += 1
+        self._quiet.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self._running -= 1
+        if not self._running:
+            self._quiet.set()
+
+    async def quiet(self, *, at_most: float, settle: float = 0.001) -> None:
+        """Return once no verb call has been in flight for `settle` seconds (kube-scheduler sends
+        filter, prioritize and bind of a pod back to back: wait for the gap after them), or after
+        `at_most` seconds whatever the verbs do."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + at_most
+        while (remaining := deadline - loop.time()) > 0:
+            if not self._quiet.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._quiet.wait(), remaining)
+                continue
+            started = self._started
+            await asyncio.sleep(min(settle, remaining))
+            if self._quiet.is_set() and self._started == started:
+                return
+
+
+def recording_middleware(decisions: DecisionLog, in_flight: VerbsInFlight) -> Middleware:
+    """An aiohttp middleware that records each verb call into `decisions` after it answered, and
+    counts the verb calls `in_flight`."""
 
     @web.middleware
     async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
         verb = request.path.rsplit("/", 1)[-1]
         if request.method != "POST" or verb not in VERBS:
             return await handler(request)
-        with observed.collecting() as evaluations:
+        with in_flight, observed.collecting() as evaluations:
             response = await handler(request)
         if (
             isinstance(response, web.Response)

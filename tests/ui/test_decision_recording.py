@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from extender.explaining import load_pods
 from extender.server import make_app
 from extender.settings import Settings
 from extender.ui import add_dashboard
-from extender.ui.decisions import MAX_NAME, MAX_ROWS, DecisionLog, record_call
+from extender.ui.decisions import MAX_NAME, MAX_ROWS, DecisionLog, VerbsInFlight, record_call
 from extender.wiring import build_services
 
 PODS = load_pods(Path(__file__).resolve().parents[1] / "data" / "pipeline_pods.yaml")
@@ -159,3 +160,19 @@ def test_a_filter_of_200000_nodes_keeps_some_of_each_and_the_counts() -> None:
     assert len(outcomes) == MAX_ROWS and outcomes.count("passed") == MAX_ROWS // 2
     assert decision.left_out == 200_000 - MAX_ROWS
     assert _deep_size(decisions) < 120_000  # reasons cut too
+
+
+async def test_quiet_waits_for_the_verbs_in_flight_but_not_longer_than_asked() -> None:
+    in_flight = VerbsInFlight()
+    started = time.perf_counter()
+    await in_flight.quiet(at_most=5.0)  # nothing in flight: about `settle`
+    assert time.perf_counter() - started < 1.0
+    with in_flight:
+        started = time.perf_counter()
+        await in_flight.quiet(at_most=0.05)  # a verb that does not end: give up after at_most
+        assert 0.05 <= time.perf_counter() - started < 1.0
+        loop = asyncio.get_running_loop()
+        waiting = asyncio.ensure_future(in_flight.quiet(at_most=5.0))
+        loop.call_later(0.05, in_flight.__exit__, None, None, None)
+        await asyncio.wait_for(waiting, timeout=1.0)  # returns once the verb has ended
+        in_flight.__enter__()  # balance the `with`

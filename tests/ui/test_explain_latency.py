@@ -4,8 +4,9 @@ Scope (issue 22, item 4): on the mixed fleet (`loadtests.fleet`: H100, A100 with
 counters, L40S, MI300X, TPU, CPU-only; 30 % held), /filter of pending pods (each under a fresh UID,
 so every call does a new pod's work) is timed alone, then while a dashboard client explains a pod
 over the whole fleet back to back (a new explain as soon as one answers). The explain runs on the
-same worker thread as the verbs, in steps of about 5 ms; the old explain built a Placement and
-its index per call (seconds at this size) and held every verb queued behind it.
+same worker thread as the verbs, in steps of about 1 ms taken when no verb is in flight (or every
+20 ms regardless); the old explain built a Placement and its index per call (seconds at this
+size) and held every verb queued behind it: median 2.7 s.
 
 The bound is absolute, not a sleep: the median with explains may exceed the median alone by at
 most `SLACK_MS`, and no call may wait longer than `WORST_MS` more than the slowest call alone.
@@ -33,7 +34,7 @@ from loadtests.fleet import generate_mixed_cluster
 NODES = 120
 CALLS = 24
 #: How much later the median filter may answer with explains running.
-SLACK_MS = 10.0
+SLACK_MS = 5.0
 #: How much later than the slowest call alone any call may answer with explains running.
 WORST_MS = 60.0
 
