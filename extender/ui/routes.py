@@ -28,6 +28,7 @@ from extender.server import WORKER_KEY
 from extender.ui import fleet
 from extender.ui.decisions import DecisionLog, VerbsInFlight, recording_middleware
 from extender.validation import pod_problem
+from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
 
@@ -222,19 +223,20 @@ async def _explained(
         # Parsing needs no placement: off the event loop and off the worker.
         document = await asyncio.to_thread(_pod_document, text)
         pod = await _on_worker(request, _resolve_pending, placement, document)
-    except ValueError as exc:
-        return _json({"error": str(exc)}, 400)
-    start = functools.partial(explaining.Explanation, time_limit=placement.filter_timeout_seconds)
-    explanation = await _on_worker(request, start, placement, pod)
-    try:
+        start = functools.partial(explaining.Explanation, time_limit=placement.filter_timeout_seconds)
+        explanation = await _on_worker(request, start, placement, pod)
         done = False
         while not done:
             await gate.in_flight.quiet(at_most=EXPLAIN_YIELD_SECONDS)
             done = await _on_worker(request, explanation.step, EXPLAIN_STEP_SECONDS)
+    except ValueError as exc:
+        return _json({"error": str(exc)}, 400)
+    except WorkTimeout as exc:
+        return _json({"error": f"explain: the worker {exc} (busy with the scheduler's calls)"}, 503)
     except explaining.StateChanging as exc:
         return _json({"error": str(exc)}, 503)
     except Exception as exc:  # a pod the core cannot read: say so, never 500 a read-only form
-        log.info("dashboard explain of %s failed: %s", pod_ref(pod), exc, exc_info=True)
+        log.info("dashboard explain failed: %s", exc, exc_info=True)
         return _json({"error": f"cannot explain this pod: {type(exc).__name__}: {exc}"}, 400)
     return _json({"pod": pod_ref(pod), "report": explanation.report})
 

@@ -114,6 +114,22 @@ async def test_a_second_explain_while_one_runs_is_refused_with_429(aiohttp_clien
     assert third.status == 200
 
 
+async def test_an_explain_the_busy_worker_never_reaches_is_503(aiohttp_client, monkeypatch) -> None:
+    client, placement = await _client(aiohttp_client, Settings())
+    monkeypatch.setattr(routes, "_READ_TIMEOUT", 0.2)
+    release = threading.Event()
+    placement.worker.call_soon_threadsafe(release.wait, 30)
+    try:
+        response = await asyncio.wait_for(
+            client.post("/ui/api/explain", data=yaml.safe_dump(_pod("gpu-training"))), timeout=10
+        )
+    finally:
+        release.set()
+    assert response.status == 503
+    assert "did not finish within 0.2 s" in (await response.json())["error"]
+    assert (await client.post("/ui/api/explain", data=yaml.safe_dump(_pod("gpu-training")))).status == 200
+
+
 @pytest.mark.parametrize(
     "settings",
     [Settings(gang_weight=0.0), Settings(gang_weight=10.0, gang_filter_other_cliques=True)],
