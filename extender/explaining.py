@@ -15,9 +15,10 @@ Two callers:
   masks, index columns): its evaluation is its own, never in the placement's cache, and its pod
   is not remembered for bind.
 
-Pod text is parsed with a nesting limit (`parse_pod_documents`): PyYAML's scanner takes time
-quadratic in the depth of flow collections (`[[[[...`: 2.5 s at 2,000 levels) and its composer
-recurses, so a deeply nested paste would stall the worker or raise RecursionError.
+Pod text is parsed with a nesting limit that the scanner checks as it reads (`_BoundedLoader`):
+PyYAML's scanner takes time quadratic in the depth of flow collections (`[[[[...`: 2.5 s at
+2,000 levels) and its composer recurses, so a deeply nested paste would stall or raise
+RecursionError.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from extender.allocator.features import Features
@@ -57,12 +57,34 @@ SCORE_GROUP = 4
 #: Times an explanation starts over because the cluster state changed under it, before it gives up.
 MAX_RESTARTS = 3
 
-_OPENERS = np.frombuffer(b"[{", dtype=np.uint8)
-_CLOSERS = np.frombuffer(b"]}", dtype=np.uint8)
-
 
 class StateChanging(Exception):
     """The cluster's devices changed under an explanation more than MAX_RESTARTS times."""
+
+
+class _TooDeep(Exception):
+    """The YAML being read nests deeper than MAX_NESTING."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that stops at MAX_NESTING levels while it scans.
+
+    PyYAML's scanner keeps a possible simple key per open flow collection and walks them all at
+    every token, so `[[[[...` costs time quadratic in its depth (2.5 s at 2,000 levels) before the
+    recursive composer fails with RecursionError; block nesting (`- - - ...`) hits the recursion
+    limit too. The scanner knows the real depth (brackets in strings do not count), so the depth
+    is checked where a level opens.
+    """
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        if self.flow_level >= MAX_NESTING:
+            raise _TooDeep
+        super().fetch_flow_collection_start(TokenClass)
+
+    def add_indent(self, column: int) -> bool:
+        if len(self.indents) >= MAX_NESTING:
+            raise _TooDeep
+        return bool(super().add_indent(column))
 
 
 def parse_pod_documents(text: str, label: str) -> list[Any]:
@@ -72,19 +94,13 @@ def parse_pod_documents(text: str, label: str) -> list[Any]:
         ValueError: not YAML or JSON, or nested too deeply (the message starts with `label`).
     """
     too_deep = f"{label}: nested deeper than {MAX_NESTING} levels (a Pod is about 10 levels deep)"
-    # Before parsing: the depth of flow brackets, counted without regard to quoting (a Pod has
-    # no reason for 100 unclosed brackets in a string), in array operations over the bytes.
-    data = np.frombuffer(text.encode("utf-8", errors="replace"), dtype=np.uint8)
-    steps = np.isin(data, _OPENERS).astype(np.int32) - np.isin(data, _CLOSERS).astype(np.int32)
-    if len(steps) and int(np.cumsum(steps).max()) > MAX_NESTING:
-        raise ValueError(too_deep)
     try:
-        documents = list(yaml.safe_load_all(text))
+        documents = list(yaml.load_all(text, Loader=_BoundedLoader))  # SafeLoader with a depth check
     except yaml.YAMLError as exc:
         raise ValueError(f"{label}: not YAML or JSON: {' '.join(str(exc).split())}") from None
-    except RecursionError:  # block-style nesting (`- - - - ...`) deeper than the composer recurses
+    except (_TooDeep, RecursionError):
         raise ValueError(too_deep) from None
-    if any(_depth(document) > MAX_NESTING for document in documents):
+    if any(_depth(document) > MAX_NESTING for document in documents):  # flow inside block levels
         raise ValueError(too_deep)
     return documents
 

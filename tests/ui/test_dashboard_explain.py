@@ -177,6 +177,7 @@ DEEP = {
     "flow-lists": "[" * 50_000 + "]" * 50_000,
     "json-objects": '{"a": ' * 50_000 + "1" + "}" * 50_000,
     "block-sequences": "- " * 50_000 + "x",
+    "brackets-in-strings": "".join('["' + "]" * 5 + '", ' for _ in range(5_000)) + "1" + "]" * 5_000,
     "indented-mappings": "".join("  " * i + "a:\n" for i in range(150)) + "  " * 150 + "b: 1\n",
     "unclosed": "[" * 500_000,
 }
