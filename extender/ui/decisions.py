@@ -10,6 +10,9 @@ verb back:
   worker afterwards queued a second job behind unrelated work and delayed the answer);
 - the middleware is only installed when the dashboard is on.
 
+The same middleware counts the verb calls in flight (`VerbsInFlight`), so the dashboard's explain
+can take its steps on the worker in the gaps between them.
+
 Bounded by size, not only by count: a decision keeps at most `MAX_ROWS` nodes (prioritize: the
 best-scored ones, with their terms; filter: some that passed and some that did not, with
 reasons) plus the counts of everything, and every text it keeps is cut to a fixed length, so
