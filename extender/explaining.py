@@ -1,55 +1,146 @@
-"""`dra-extender explain`: why a pod can or cannot go to each node, offline.
+"""`dra-extender explain`: why a pod can or cannot go to each node.
 
-Runs the same placement code as /filter against a state (files or the embedded sample) and
-prints, per node, the verdict, the reason and, for nodes that pass, the topology score with
-its breakdown (locality, fragmentation, packing, preference), the 0..10 priority /prioritize
-would return, and the devices bind would allocate.
+Runs the placement's own steps, the ones /filter and /prioritize run, and prints, per node, the
+verdict filter would give (gang clique rule included), the reason and, for nodes that pass, the
+topology score with its breakdown (locality, fragmentation, packing, preference), the 0..10
+priority /prioritize would return when kube-scheduler sends it the nodes that passed, and the
+devices bind would allocate.
+
+Two callers:
+- the CLI builds a Placement over a state file and explains against it (`explain`);
+- the dashboard explains against the *live* placement, on its worker thread, in small steps
+  (`Explanation.step`): the worker is the thread every verb runs on, so one long explain would
+  hold up the scheduler's calls. Between steps the worker runs whatever verb work is queued.
+  The explanation writes nothing a verb reads except what a filter would also leave (selector
+  masks, index columns): its evaluation is its own, never in the placement's cache, and its pod
+  is not remembered for bind.
+
+Pod text is parsed with a nesting limit that the scanner checks as it reads (`_BoundedLoader`):
+PyYAML's scanner takes time quadratic in the depth of flow collections (`[[[[...`: 2.5 s at
+2,000 levels) and its composer recurses, so a deeply nested paste would stall or raise
+RecursionError.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from extender.allocator.features import Features
+from extender.allocator.results import ClaimAllocation
 from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
+from extender.core.evaluation import PodEvaluation
+from extender.core.gang import GangSettings
 from extender.core.placement import Placement
-from extender.core.reasons import PASSED
+from extender.core.scoring import NodeScore
+from extender.core.view import Generation
 from extender.index.topology import TopologySettings
 from extender.objects import Obj
-from extender.pods import parse_pod
+from extender.pods import Pod, parse_pod
 from extender.validation import pod_problem
+from extender.verdicts import FilterVerdict
+
+#: Deepest nesting of objects and lists accepted in a pod to explain. Real Pods are about 10
+#: levels deep (affinity terms, managedFields); the limit only keeps parsing and the checks that
+#: walk the object cheap.
+MAX_NESTING = 100
+#: Nodes decided, and nodes scored, per piece of work (the bind choice goes node by node: it
+#: is the slowest per node, about 0.5 ms on the mixed fleet).
+DECIDE_GROUP = 8
+SCORE_GROUP = 4
+#: Times an explanation starts over because the cluster state changed under it, before it gives up.
+MAX_RESTARTS = 3
 
 
-def load_pods(path: Path) -> list[Obj]:
-    """Pods from a YAML/JSON file (one or several documents, or a List).
+class StateChanging(Exception):
+    """The cluster's devices changed under an explanation more than MAX_RESTARTS times."""
+
+
+class _TooDeep(Exception):
+    """The YAML being read nests deeper than MAX_NESTING."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that stops at MAX_NESTING levels while it scans.
+
+    PyYAML's scanner keeps a possible simple key per open flow collection and walks them all at
+    every token, so `[[[[...` costs time quadratic in its depth (2.5 s at 2,000 levels) before the
+    recursive composer fails with RecursionError; block nesting (`- - - ...`) hits the recursion
+    limit too. The scanner knows the real depth (brackets in strings do not count), so the depth
+    is checked where a level opens.
+    """
+
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
+        if self.flow_level >= MAX_NESTING:
+            raise _TooDeep
+        super().fetch_flow_collection_start(TokenClass)
+
+    def add_indent(self, column: int) -> bool:
+        if len(self.indents) >= MAX_NESTING:
+            raise _TooDeep
+        return bool(super().add_indent(column))
+
+
+def parse_pod_documents(text: str, label: str) -> list[Any]:
+    """The YAML/JSON documents of `text`, refusing nesting deeper than MAX_NESTING.
 
     Raises:
-        ValueError: the file cannot be read or parsed, holds no Pod, or a Pod is malformed
-            (the message names file, document, item and field, as the state loader does).
+        ValueError: not YAML or JSON, or nested too deeply (the message starts with `label`).
     """
+    too_deep = f"{label}: nested deeper than {MAX_NESTING} levels (a Pod is about 10 levels deep)"
     try:
-        documents = list(yaml.safe_load_all(path.read_text()))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read pod: {' '.join(str(exc).split())}") from exc
+        documents = list(yaml.load_all(text, Loader=_BoundedLoader))  # SafeLoader with a depth check
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{label}: not YAML or JSON: {' '.join(str(exc).split())}") from None
+    except (_TooDeep, RecursionError):
+        raise ValueError(too_deep) from None
+    if any(_depth(document) > MAX_NESTING for document in documents):  # flow inside block levels
+        raise ValueError(too_deep)
+    return documents
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of decoded YAML/JSON (iterative, stops past MAX_NESTING)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_NESTING:
+                return depth
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def pods_of(documents: list[Any], label: str) -> list[Obj]:
+    """The Pods of parsed documents (one or several, or a List), each checked like /filter's.
+
+    Raises:
+        ValueError: a document or item is not an object, a Pod is malformed (the message names
+            `label`, document, item and field, as the state loader does), or there is no Pod.
+    """
     pods: list[Obj] = []
     for number, document in enumerate(documents):
         if document is None:
             continue
-        label = f"{path}: document {number}"
+        where_doc = f"{label}: document {number}"
         if not isinstance(document, dict):
-            raise ValueError(f"{label}: must be an object, got {type(document).__name__}")
+            raise ValueError(f"{where_doc}: must be an object, got {type(document).__name__}")
         if "items" in document:
             items = document["items"]
             if not isinstance(items, list):
-                raise ValueError(f"{label}: items: must be a list, got {type(items).__name__}")
-            labelled = [(f"{label} item {i}", item) for i, item in enumerate(items)]
+                raise ValueError(f"{where_doc}: items: must be a list, got {type(items).__name__}")
+            labelled = [(f"{where_doc} item {i}", item) for i, item in enumerate(items)]
         else:
-            labelled = [(label, document)]
+            labelled = [(where_doc, document)]
         for where, item in labelled:
             if not isinstance(item, dict):
                 raise ValueError(f"{where}: must be an object, got {type(item).__name__}")
@@ -60,28 +151,150 @@ def load_pods(path: Path) -> list[Obj]:
                 raise ValueError(f"{where}: {problem}")
             pods.append(item)
     if not pods:
-        raise ValueError(f"{path}: no Pod object found")
+        raise ValueError(f"{label}: no Pod object found")
     return pods
 
 
-def explain(
-    state: ClusterState,
-    pod: Obj,
-    *,
-    features: Features,
-    nodes: list[str] | None = None,
-    topology: TopologySettings | None = None,
+def load_pods(path: Path) -> list[Obj]:
+    """Pods from a YAML/JSON file (one or several documents, or a List).
+
+    Raises:
+        ValueError: the file cannot be read or parsed, is nested too deeply, holds no Pod, or a
+            Pod is malformed (the message names file, document, item and field).
+    """
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read pod: {' '.join(str(exc).split())}") from exc
+    return pods_of(parse_pod_documents(text, str(path)), str(path))
+
+
+class Explanation:
+    """One pod explained against a placement, in steps (see the module docstring).
+
+    Lifecycle: made and stepped on the placement's worker thread (or, for the CLI, on the
+    caller's thread with a placement of its own); `step` until it returns True, then read
+    `report`. A change of the placement's generation between steps starts it over (at most
+    MAX_RESTARTS times), so the report describes one generation. After that, a change of claims or
+    bind choices (a busy cluster makes them all the time) is carried over with a note in the
+    report, while a change of the devices (the index rows move) raises `StateChanging`.
+    """
+
+    def __init__(
+        self,
+        placement: Placement,
+        pod: Obj,
+        *,
+        nodes: list[str] | None = None,
+        time_limit: float | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """`time_limit`: seconds of `step` work after which the report is a timeout error
+        (the dashboard passes filter_timeout_seconds, the deadline a filter of the pod has);
+        None: no limit beyond the placement's search deadline per group of nodes."""
+        self._placement = placement
+        self._record = parse_pod(pod)
+        self._nodes = nodes
+        self._time_limit = time_limit
+        self._clock = clock
+        self._restarts = 0
+        self._outdated = False  # carried on over a claims change (see `step`)
+        self._worked = 0.0  # seconds spent in `step`, held to filter_timeout_seconds
+        self.report = ""
+        self._generation: Generation = placement.generation()
+        self._work = self._steps()
+
+    def step(self, seconds: float) -> bool:
+        """Work for about `seconds` (at least one group of nodes); True once `report` is ready.
+
+        Raises:
+            StateChanging: the cluster's devices kept changing between steps.
+        """
+        if self.report:
+            return True
+        now = self._placement.generation()
+        if now != self._generation:
+            if self._restarts < MAX_RESTARTS:
+                self._restarts += 1
+                self._work = self._steps()
+            elif now[0] != self._generation[0]:  # the devices changed: index rows moved
+                raise StateChanging(
+                    f"the cluster's devices changed while explaining, after {MAX_RESTARTS} restarts; "
+                    "try again"
+                )
+            else:  # claims or bind choices changed, as they do all the time in a busy cluster
+                self._outdated = True
+            self._generation = now
+        started = self._clock()
+        limit = self._time_limit
+        try:
+            for _ in self._work:
+                elapsed = self._clock() - started
+                if limit is not None and self._worked + elapsed > limit:
+                    self.report = self._timed_out(limit)
+                    break
+                if elapsed >= seconds:
+                    break
+        finally:
+            self._worked += self._clock() - started
+        return bool(self.report)
+
+    def _timed_out(self, limit: float) -> str:
+        pod = self._record
+        return "\n".join(
+            [
+                f"pod {pod.namespace}/{pod.name or '?'}",
+                f"  error: explain did not finish within {limit:g} s (filter_timeout_seconds) of work; "
+                "a filter of this pod would run into the same deadline",
+            ]
+        )
+
+    def _steps(self) -> Iterator[None]:
+        """The work, yielding between groups of nodes; sets `report` at the end."""
+        placement, pod = self._placement, self._record
+        names = list(self._nodes or placement.index().node_names)
+        evaluation = placement.new_evaluation(pod)  # its own: never in the placement's cache
+        for group in _groups(names, DECIDE_GROUP):
+            placement.decide(evaluation, group)
+            yield
+            if evaluation.error:
+                break
+        placement.view.freeze_new_caches()
+        verdict = placement.filter_verdict(pod, evaluation, names)
+        for group in _groups(verdict.passed, SCORE_GROUP):
+            placement.scores(evaluation, group)
+            yield
+        priorities = placement.priorities(pod, evaluation, verdict.passed)
+        scores = placement.scores(evaluation, verdict.passed)
+        devices: dict[str, list[ClaimAllocation]] = {}
+        for name in verdict.passed:
+            devices[name] = placement.choose_allocations(evaluation, name) or []
+            yield
+        nodes = [(name, scores.get(name), priorities.get(name, 0), devices.get(name, [])) for name in names]
+        report = _report(pod, evaluation, verdict, nodes)
+        if self._outdated:
+            report += (
+                "\n  note: claims changed while explaining (more than "
+                f"{MAX_RESTARTS} times); verdicts of the first nodes may be from before the change"
+            )
+        self.report = report
+
+
+def _groups(names: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(names), size):
+        yield names[start : start + size]
+
+
+def _report(
+    pod: Pod,
+    evaluation: PodEvaluation,
+    verdict: FilterVerdict,
+    nodes: list[tuple[str, NodeScore | None, int, list[ClaimAllocation]]],
 ) -> str:
-    """A human-readable report of the pod (the object, parsed here) against the given nodes
-    (default: all nodes)."""
-    record = parse_pod(pod)
-    placement = Placement(state, features=features, assumed=AssumeCache(), topology=topology)
-    index = placement.index()
-    names = nodes or list(index.node_names)
-    evaluation = placement.evaluate(record, names)
-    lines = [f"pod {record.namespace}/{record.name or '?'}"]
-    if evaluation.error:
-        lines.append(f"  error: {evaluation.error}")
+    lines = [f"pod {pod.namespace}/{pod.name or '?'}"]
+    error = evaluation.error or verdict.error
+    if error:
+        lines.append(f"  error: {error}")
         return "\n".join(lines)
     claims = evaluation.claims
     if claims.allocated:
@@ -90,21 +303,18 @@ def explain(
         lines.append("  to allocate: " + ", ".join(c.ref for c in claims.pending))
     if not claims.uses_claims:
         lines.append("  uses no ResourceClaims: every node passes")
-    priorities = {h.host: h.score for h in placement.prioritize(record, names)}
-    scores = placement.scores(evaluation, [n for n in names if evaluation.verdicts[n].status == PASSED])
-    passed = 0
-    for name in names:
-        verdict = evaluation.verdicts[name]
-        lines.append(
-            f"  {name}: {verdict.status.upper()}" + (f": {verdict.reason}" if verdict.reason else "")
-        )
-        if verdict.status != PASSED:
+    passed = set(verdict.passed)
+    for name, score, priority, allocations in nodes:
+        if name in verdict.failed:
+            lines.append(f"  {name}: FAILED: {verdict.failed[name]}")
             continue
-        passed += 1
-        score = scores.get(name)
+        if name not in passed:
+            lines.append(f"  {name}: UNRESOLVABLE: {verdict.unresolvable.get(name, '')}")
+            continue
+        lines.append(f"  {name}: PASSED")
         if score is not None:
             lines.append(
-                f"      priority {priorities.get(name, 0)}/10, score {score.score:.3f} = "
+                f"      priority {priority}/10, score {score.score:.3f} = "
                 f"locality {score.locality:.3f}, fragmentation {score.fragmentation:.3f}, "
                 f"packing {score.packing:.3f}, preference {score.preference:.3f}"
                 + (
@@ -115,11 +325,37 @@ def explain(
                 )
                 + f" (device choice: {score.method})"
             )
-        for allocation in placement.choose_allocations(evaluation, name) or []:
+        for allocation in allocations:
             devices = ", ".join(f"{r.request_name}={r.device.id}" for r in allocation.devices)
             lines.append(f"      {allocation.claim.ref}: {devices}")
-    lines.append(f"  {passed} of {len(names)} node(s) pass")
+    lines.append(f"  {len(passed)} of {len(nodes)} node(s) pass")
     return "\n".join(lines)
+
+
+def explain(
+    state: ClusterState,
+    pod: Obj,
+    *,
+    features: Features,
+    nodes: list[str] | None = None,
+    topology: TopologySettings | None = None,
+    gang_settings: GangSettings | None = None,
+    filter_timeout_seconds: float = 10.0,
+) -> str:
+    """A human-readable report of the pod (the object, parsed here) against the given nodes
+    (default: all nodes), with a placement of its own over `state` and these settings."""
+    placement = Placement(
+        state,
+        features=features,
+        assumed=AssumeCache(),
+        topology=topology,
+        gang_settings=gang_settings,
+        filter_timeout_seconds=filter_timeout_seconds,
+    )
+    explanation = Explanation(placement, pod, nodes=nodes)
+    while not explanation.step(float("inf")):
+        pass
+    return explanation.report
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -28,7 +28,7 @@ from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
 from extender.claims import Claim
 from extender.cluster.state import ClusterState
-from extender.core import binding, gang, scoring, tiers
+from extender.core import binding, gang, observed, scoring, tiers
 from extender.core.assumed import AssumeCache
 from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of
 from extender.core.ranking import KernelMeter, Ranker
@@ -131,7 +131,10 @@ class Placement:
 
     # ----------------------------------------------------------------- verbs
     def filter(self, pod: Pod, node_names: list[str]) -> FilterVerdict:
-        evaluation = self.evaluate(pod, node_names)
+        return self.filter_verdict(pod, self.evaluate(pod, node_names), node_names)
+
+    def filter_verdict(self, pod: Pod, evaluation: PodEvaluation, node_names: list[str]) -> FilterVerdict:
+        """Filter's answer from an evaluation that has decided `node_names` (explain reuses it)."""
         if evaluation.error:
             return FilterVerdict(error=evaluation.error)
         verdict = FilterVerdict()
@@ -156,8 +159,15 @@ class Placement:
         Pods without pending claims (nothing to choose) score 0 everywhere, like upstream.
         """
         evaluation = self.evaluate(pod, node_names)
+        observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
+        by_node = self.priorities(pod, evaluation, node_names)
+        return [HostScore(name, by_node.get(name, 0)) for name in node_names]
+
+    def priorities(self, pod: Pod, evaluation: PodEvaluation, node_names: list[str]) -> dict[str, int]:
+        """0..10 of the scored nodes among `node_names` (absent: 0), as prioritize answers them,
+        from an evaluation that has decided them (explain reuses it)."""
         if evaluation.error or not evaluation.specs:
-            return [HostScore(name, 0) for name in node_names]
+            return {}
         passed = [name for name in node_names if evaluation.verdicts[name].status == PASSED]
         scores = self.scores(evaluation, passed)
         scored = [name for name in passed if name in scores]
@@ -165,7 +175,7 @@ class Placement:
         by_node = dict(zip(scored, values.tolist(), strict=True))
         if self.gangs.settings.weight > 0:
             by_node = self.gangs.with_term(pod, passed, by_node)
-        return [HostScore(name, by_node.get(name, 0)) for name in node_names]
+        return by_node
 
     def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
         """Topology scores of the given passed nodes (computed once per evaluation and node)."""

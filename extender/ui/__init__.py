@@ -13,12 +13,15 @@ from elsewhere), and every request the page makes goes to this server:
   per-node reasons and scores (`decisions`);
 - `GET /ui/api/pending`: pending pods of the state that use claims (to pick one to explain);
 - `POST /ui/api/explain`: a pod (YAML or JSON, or `{"pending": "ns/name"}`) -> what
-  `dra-extender explain` prints for it. It evaluates like /filter does and changes nothing.
+  `dra-extender explain` prints for it. It evaluates like /filter and /prioritize do, against
+  the live index, in small steps between the verbs' work, one explain at a time (429 while one
+  runs); it changes nothing.
 
 No route writes to the cluster state, a claim or the assume cache. Every read of the placement
-(index, held devices, claims, explain, the score terms of a recorded prioritize) runs on the
-placement's worker thread (`extender.worker`), the one thread allowed to touch it; the event
-loop only serves the files and the decision log.
+(index, held devices, claims, explain) runs on the placement's worker thread
+(`extender.worker`), the one thread allowed to touch it; the event loop only serves the files
+and the decision log, which it fills after each verb has answered, from what the verb's own
+evaluation already holds (`decisions`).
 """
 
 from __future__ import annotations

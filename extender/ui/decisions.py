@@ -1,21 +1,32 @@
 """The last N scheduling decisions (filter, prioritize, bind), as the dashboard lists them.
 
 Scope: a bounded, in-memory record, filled by an aiohttp middleware that looks at what a verb
-was asked and what it answered. It is read-only with respect to scheduling: the middleware
-runs after the verb handler has produced its answer, never changes that answer, and any
-failure to record is logged at debug level and dropped, so the dashboard can never fail or
-slow a verb beyond one re-parse of the request and the answer (orjson). The middleware is only
-installed when the dashboard is on.
+was asked and what it answered. It is read-only with respect to scheduling and never holds a
+verb back:
+- the answer goes out first: the middleware only queues the recording (`loop.call_soon`) and
+  returns the response untouched; any failure to record is logged at debug level and dropped;
+- nothing runs on the placement's worker: the score terms of a prioritize come from the
+  evaluation that produced the answer, handed over by `extender.core.observed` (asking the
+  worker afterwards queued a second job behind unrelated work and delayed the answer);
+- the middleware is only installed when the dashboard is on.
 
-Per-node reasons (and passed nodes) of a filter are kept for at most `MAX_REASONS` nodes each per
-decision, so one
-decision over 10,000 nodes stays a few hundred KB at most.
+The same middleware counts the verb calls in flight (`VerbsInFlight`), so the dashboard's explain
+can take its steps on the worker in the gaps between them.
+
+Bounded by size, not only by count: a decision keeps at most `MAX_ROWS` nodes (prioritize: the
+best-scored ones, with their terms; filter: some that passed and some that did not, with
+reasons) plus the counts of everything, and every text it keeps is cut to a fixed length, so
+one call naming 200,000 nodes (or nodes with 1 MB names) leaves a few tens of KB behind.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import heapq
 import itertools
 import logging
+import operator
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -26,23 +37,50 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from extender.core import observed
+from extender.core.evaluation import PodEvaluation
 from extender.objects import Obj
 
 log = logging.getLogger(__name__)
 
 #: Decisions kept (newest first in `recent`).
 DEFAULT_SIZE = 50
-#: Per-node filter reasons kept per decision.
-MAX_REASONS = 500
+#: Nodes kept per decision (prioritize: the best-scored; filter: half for passed, the rest failed).
+MAX_ROWS = 100
+#: Longest node name, pod reference or uid kept (a node name is a DNS subdomain: 253).
+MAX_NAME = 253
+#: Longest reason or error kept.
+MAX_TEXT = 512
 VERBS: tuple[str, ...] = ("filter", "prioritize", "bind")
+#: Answers recorded: the verb read its whole body and answered (4xx: nothing was decided).
+RECORDED_STATUSES = frozenset({200, 500, 503})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-ScoreTerms = Callable[[Obj, list[str]], Awaitable[dict[str, Obj]]]
+
+
+@dataclass(slots=True)
+class NodeRow:
+    """One node of a decision: how it came out and why."""
+
+    name: str
+    outcome: str  # "passed", "failed", "unresolvable" (filter), "scored" (prioritize), "bound"
+    score: int | None = None  # prioritize: 0..10
+    terms: Obj | None = None  # prioritize: the score terms of the node's best device set
+    reason: str = ""  # filter: why it failed
+
+    def as_dict(self) -> Obj:
+        return {
+            "name": self.name,
+            "outcome": self.outcome,
+            "score": self.score,
+            "terms": self.terms,
+            "reason": self.reason,
+        }
 
 
 @dataclass(slots=True)
 class Decision:
-    """One verb call: what was asked, what was answered."""
+    """One verb call: what was asked, what was answered (at most MAX_ROWS nodes of it)."""
 
     seq: int
     verb: str
@@ -50,18 +88,16 @@ class Decision:
     pod: str  # namespace/name
     uid: str
     nodes_in: int
-    passed: int = 0
+    passed: int = 0  # filter: nodes that passed; prioritize: nodes scored above 0
     failed: int = 0
     unresolvable: int = 0
     node: str = ""  # prioritize: the best-scored node; bind: the node bound to
     error: str = ""
-    reasons: dict[str, str] = field(default_factory=dict)  # filter: node -> why it failed
-    passed_nodes: list[str] = field(default_factory=list)  # filter: the nodes that passed
-    scores: dict[str, int] = field(default_factory=dict)  # prioritize: node -> 0..10
-    terms: dict[str, Obj] = field(default_factory=dict)  # prioritize: node -> score terms
+    rows: list[NodeRow] = field(default_factory=list)
+    left_out: int = 0  # nodes of the call not in `rows`
 
     def as_dict(self, *, detail: bool) -> Obj:
-        out = {
+        out: Obj = {
             "seq": self.seq,
             "verb": self.verb,
             "at": self.at,
@@ -75,10 +111,8 @@ class Decision:
             "error": self.error,
         }
         if detail:
-            out["reasons"] = self.reasons
-            out["passed_nodes"] = self.passed_nodes
-            out["scores"] = self.scores
-            out["terms"] = self.terms
+            out["nodes"] = [row.as_dict() for row in self.rows]
+            out["left_out"] = self.left_out
         return out
 
 
@@ -93,7 +127,9 @@ class DecisionLog:
         self._clock = clock
 
     def add(self, verb: str, *, pod: str, uid: str, nodes_in: int) -> Decision:
-        decision = Decision(next(self._seq), verb, self._clock(), pod, uid, nodes_in)
+        decision = Decision(
+            next(self._seq), verb, self._clock(), _cut(pod, MAX_NAME), _cut(uid, MAX_NAME), nodes_in
+        )
         self._entries.append(decision)
         return decision
 
@@ -108,42 +144,107 @@ class DecisionLog:
         return self._entries[-1].seq if self._entries else 0
 
 
-def recording_middleware(decisions: DecisionLog, *, score_terms: ScoreTerms | None = None) -> Middleware:
-    """An aiohttp middleware that records each verb call into `decisions` after it answered."""
+class VerbsInFlight:
+    """How many verb calls are being answered now, so the dashboard's own work on the worker
+    (explain) can wait for a moment without them (event loop only: no lock).
+
+    Why: the worker and the event loop are two threads under one GIL. While an explain step runs
+    on the worker, a verb's request decoding and answer encoding on the event loop wait for the
+    GIL up to the switch interval (5 ms) at every hand-over, on top of waiting for the step.
+    """
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._started = 0  # verb calls ever started: tells a quiet moment from a short call
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+
+    def __enter__(self) -> None:
+        self._running += 1
+        self._started += 1
+        self._quiet.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self._running -= 1
+        if not self._running:
+            self._quiet.set()
+
+    async def quiet(self, *, at_most: float, settle: float = 0.001) -> None:
+        """Return once no verb call has been in flight for `settle` seconds (kube-scheduler sends
+        filter, prioritize and bind of a pod back to back: wait for the gap after them), or after
+        `at_most` seconds whatever the verbs do."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + at_most
+        while (remaining := deadline - loop.time()) > 0:
+            if not self._quiet.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._quiet.wait(), remaining)
+                continue
+            started = self._started
+            await asyncio.sleep(min(settle, remaining))
+            if self._quiet.is_set() and self._started == started:
+                return
+
+
+def recording_middleware(decisions: DecisionLog, in_flight: VerbsInFlight) -> Middleware:
+    """An aiohttp middleware that records each verb call into `decisions` after it answered, and
+    counts the verb calls `in_flight`."""
 
     @web.middleware
     async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
-        response = await handler(request)
         verb = request.path.rsplit("/", 1)[-1]
-        if request.method == "POST" and verb in VERBS and isinstance(response, web.Response):
-            try:
-                await _record(decisions, verb, await request.read(), response.body, score_terms)
-            except Exception as exc:  # the dashboard never fails a verb
-                log.debug("dashboard: not recording a %s call: %s", verb, exc)
+        if request.method != "POST" or verb not in VERBS:
+            return await handler(request)
+        with in_flight, observed.collecting() as evaluations:
+            response = await handler(request)
+        if (
+            isinstance(response, web.Response)
+            and response.status in RECORDED_STATUSES
+            and request.content.is_eof()  # the handler read the whole body: read() costs no I/O
+        ):
+            asked = await request.read()
+            evaluation = evaluations[-1] if evaluations else None
+            asyncio.get_running_loop().call_soon(
+                _record_quietly, decisions, verb, asked, response.body, evaluation
+            )
         return response
 
     return record
 
 
-async def _record(
-    decisions: DecisionLog, verb: str, asked: bytes, answered: Any, score_terms: ScoreTerms | None
+def _record_quietly(
+    decisions: DecisionLog, verb: str, asked: bytes, answered: Any, evaluation: PodEvaluation | None
 ) -> None:
+    try:
+        record_call(decisions, verb, asked, bytes(answered) if answered else b"", evaluation)
+    except Exception as exc:  # the dashboard never fails a verb
+        log.debug("dashboard: not recording a %s call: %s", verb, exc)
+
+
+def record_call(
+    decisions: DecisionLog, verb: str, asked: bytes, answered: bytes, evaluation: PodEvaluation | None
+) -> Decision | None:
+    """Record one verb call from its request and answer bodies (None: not a call to record).
+
+    `evaluation` is the one behind a prioritize answer (its score terms are read, nothing is
+    computed); it may be None.
+    """
     args = orjson.loads(asked)
-    answer = orjson.loads(bytes(answered)) if answered else {}
+    answer = orjson.loads(answered) if answered else {}
     if not isinstance(args, dict) or not isinstance(answer, dict | list):
-        return
+        return None
     if verb == "bind":
         pod = f"{args.get('PodNamespace') or 'default'}/{args.get('PodName', '')}"
         decision = decisions.add(verb, pod=pod, uid=str(args.get("PodUID", "")), nodes_in=1)
-        decision.node = str(args.get("Node", ""))
-        decision.error = str(answer.get("Error") or "") if isinstance(answer, dict) else ""
-        return
+        decision.node = _cut(str(args.get("Node", "")), MAX_NAME)
+        decision.error = _cut(str(answer.get("Error") or "") if isinstance(answer, dict) else "", MAX_TEXT)
+        return decision
     pod_obj = given if isinstance(given := args.get("Pod"), dict) else {}
     meta = found if isinstance(found := pod_obj.get("metadata"), dict) else {}
     names = args.get("NodeNames")
     if not isinstance(names, list):
-        items = ((args.get("Nodes") or {}).get("items") or []) if isinstance(args.get("Nodes"), dict) else []
-        names = [((n.get("metadata") or {}).get("name", "")) for n in items if isinstance(n, dict)]
+        nodes = args.get("Nodes")
+        names = (nodes.get("items") or []) if isinstance(nodes, dict) else []
     decision = decisions.add(
         verb,
         pod=f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}",
@@ -151,27 +252,58 @@ async def _record(
         nodes_in=len(names),
     )
     if verb == "filter" and isinstance(answer, dict):
-        failed = answer.get("FailedNodes") or {}
-        unresolvable = answer.get("FailedAndUnresolvableNodes") or {}
-        passed = answer.get("NodeNames")
-        if passed is None:
-            passed = ((answer.get("Nodes") or {}).get("items") or []) if answer.get("Nodes") else []
-        decision.passed, decision.failed, decision.unresolvable = len(passed), len(failed), len(unresolvable)
-        decision.error = str(answer.get("Error") or "")
-        decision.passed_nodes = [_node_name(n) for n in passed[:MAX_REASONS]]
-        for node, reason in itertools.islice(
-            itertools.chain(unresolvable.items(), failed.items()), MAX_REASONS
-        ):
-            decision.reasons[str(node)] = str(reason)
+        _filtered(decision, answer)
     elif verb == "prioritize" and isinstance(answer, list):
-        decision.scores = {
-            str(s.get("Host", "")): int(s.get("Score", 0)) for s in answer if isinstance(s, dict)
-        }
-        decision.passed = sum(1 for score in decision.scores.values() if score > 0)
-        if decision.scores:
-            decision.node = max(decision.scores, key=lambda host: decision.scores[host])
-        if score_terms is not None and pod_obj:
-            decision.terms = await score_terms(pod_obj, [n for n, s in decision.scores.items() if s > 0])
+        _prioritized(decision, answer, evaluation)
+    elif isinstance(answer, dict):
+        decision.error = _cut(str(answer.get("error") or ""), MAX_TEXT)
+    return decision
+
+
+def _filtered(decision: Decision, answer: Obj) -> None:
+    failed = answer.get("FailedNodes") or {}
+    unresolvable = answer.get("FailedAndUnresolvableNodes") or {}
+    passed = answer.get("NodeNames")
+    if passed is None:
+        passed = ((answer.get("Nodes") or {}).get("items") or []) if answer.get("Nodes") else []
+    decision.passed, decision.failed, decision.unresolvable = len(passed), len(failed), len(unresolvable)
+    decision.error = _cut(str(answer.get("Error") or ""), MAX_TEXT)
+    rows = [NodeRow(_cut(_node_name(n), MAX_NAME), "passed") for n in passed[: MAX_ROWS // 2]]
+    refused = itertools.chain(
+        (("unresolvable", item) for item in unresolvable.items()),
+        (("failed", item) for item in failed.items()),
+    )
+    for outcome, (node, reason) in itertools.islice(refused, MAX_ROWS - len(rows)):
+        rows.append(NodeRow(_cut(str(node), MAX_NAME), outcome, reason=_cut(str(reason), MAX_TEXT)))
+    decision.rows = rows
+    decision.left_out = len(passed) + len(failed) + len(unresolvable) - len(rows)
+
+
+def _prioritized(decision: Decision, answer: list[Any], evaluation: PodEvaluation | None) -> None:
+    """The best MAX_ROWS scores (ties in answer order), with the terms the evaluation holds."""
+    # Our own answer: a list of {"Host", "Score"}; C-level passes over it (200,000 nodes: ms).
+    score = operator.itemgetter("Score")
+    best = heapq.nlargest(MAX_ROWS, answer, key=score)  # stable: the first of equal scores wins
+    decision.passed = sum(map(bool, map(score, answer)))
+    decision.rows = [NodeRow(_cut(str(s["Host"]), MAX_NAME), "scored", score=int(s["Score"])) for s in best]
+    decision.left_out = len(answer) - len(best)
+    if best:
+        decision.node = decision.rows[0].name
+    if evaluation is None:
+        return
+    for row, host in zip(decision.rows, best, strict=True):
+        found = evaluation.scores.get(str(host["Host"]))  # None: the node was not scored
+        if found is not None:
+            row.terms = {
+                "score": round(found.score, 4),
+                "locality": round(found.locality, 4),
+                "fragmentation": round(found.fragmentation, 4),
+                "packing": round(found.packing, 4),
+            }
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _node_name(entry: Any) -> str:

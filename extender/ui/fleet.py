@@ -133,13 +133,14 @@ def node_detail(
     devices = index.row_device[start:stop]
     rows = [_device_entry(d, not bool(free[start + i]), held_by, topology) for i, d in enumerate(devices)]
     parents, counters = _partitions(devices, index.pools.get(name) or [], free[start:stop])
-    by_name = {entry["name"]: entry for entry in rows}
+    # Keyed by (driver, pool, device): two drivers may both publish a `gpu-0` on one node.
+    by_id = {device.id: entry for entry, device in zip(rows, devices, strict=True)}
     top: list[Obj] = []
     for entry, device in zip(rows, devices, strict=True):
-        parent = parents.get(device.name)
-        if parent is not None and parent in by_name and parent != device.name:
-            entry["parent"] = parent
-            by_name[parent].setdefault("partitions", []).append(entry)
+        parent = parents.get(device.id)
+        if parent is not None and parent in by_id and parent != device.id:
+            entry["parent"] = parent.device
+            by_id[parent].setdefault("partitions", []).append(entry)
         else:
             top.append(entry)
     numa: dict[str, dict[str, list[Obj]]] = {}
@@ -197,7 +198,7 @@ def _first_value(device: Device, names: Iterable[str]) -> str:
 
 def _partitions(
     devices: list[Device], pools: Sequence[Pool], free: np.ndarray
-) -> tuple[dict[str, str], list[Obj]]:
+) -> tuple[dict[DeviceID, DeviceID], list[Obj]]:
     """(device -> the device drawn around it, counter sets with used/free) for one node.
 
     The counter sets come from the node's pools; "used" adds up what held devices consume.
@@ -219,11 +220,11 @@ def _partitions(
                 bucket = used.setdefault(key, {})
                 for counter, amount in counters.items():
                     bucket[counter] = bucket[counter] + amount if counter in bucket else amount
-    parents: dict[str, str] = {}
+    parents: dict[DeviceID, DeviceID] = {}
     for members in consumers.values():
         biggest = max(members, key=lambda m: m[1])[0]
         for device, _ in members:
-            parents.setdefault(device.name, biggest.name)
+            parents.setdefault(device.id, biggest.id)
     out = []
     for (pool_key, set_name), counters in sorted(capacity.items()):
         if (pool_key, set_name) not in consumers:

@@ -1,14 +1,23 @@
-"""The dashboard's routes (see the package docstring for the list and the read-only rule)."""
+"""The dashboard's routes (see the package docstring for the list and the read-only rule).
+
+Explain runs against the live placement on its worker thread, in steps of about
+`EXPLAIN_STEP_SECONDS`, each taken when no verb call is in flight (`VerbsInFlight`, at least one
+per `EXPLAIN_YIELD_SECONDS`), and one at a time: a second explain while one runs is answered 429
+at once (with `Retry-After`), rather than queued, so no number of open dashboards can pile
+explains onto the worker the scheduler's calls need.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import importlib.resources
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
-import yaml
 from aiohttp import web
 
 from extender import explaining
@@ -17,14 +26,32 @@ from extender.objects import Obj
 from extender.pods import parse_pod
 from extender.server import WORKER_KEY
 from extender.ui import fleet
-from extender.ui.decisions import DecisionLog, recording_middleware
+from extender.ui.decisions import DecisionLog, VerbsInFlight, recording_middleware
+from extender.validation import pod_problem
+from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+
+@dataclass(slots=True)
+class _ExplainGate:
+    """Whether an explain is running, and the verb calls its steps make way for (event loop only)."""
+
+    in_flight: VerbsInFlight
+    busy: bool = False
+
+
 DECISIONS_KEY = web.AppKey("ui_decisions", DecisionLog)
 UI_PLACEMENT_KEY = web.AppKey("ui_placement", Placement)
+_EXPLAIN_GATE_KEY = web.AppKey("ui_explain_gate", _ExplainGate)
+#: Worker time one explain step takes before it lets queued verb work run (a step finishes the
+#: group of nodes it is on, so it can run a little longer).
+EXPLAIN_STEP_SECONDS = 0.001
+#: How long an explain step waits for a moment with no verb call in flight before it runs anyway
+#: (under a steady stream of verbs an explain still advances, one step per this interval).
+EXPLAIN_YIELD_SECONDS = 0.02
 #: How long a dashboard read waits for the placement's worker thread (busy with verb work).
 _READ_TIMEOUT = 30.0
 #: Largest pod text the explain form accepts.
@@ -45,11 +72,9 @@ def add_dashboard(app: web.Application, placement: Placement, *, decisions: int 
     log_ = DecisionLog(decisions)
     app[DECISIONS_KEY] = log_
     app[UI_PLACEMENT_KEY] = placement
-
-    async def score_terms(pod: Obj, names: list[str]) -> dict[str, Obj]:
-        return await app[WORKER_KEY].run(_terms, placement, pod, names, timeout=_READ_TIMEOUT)
-
-    app.middlewares.append(recording_middleware(log_, score_terms=score_terms))
+    in_flight = VerbsInFlight()
+    app[_EXPLAIN_GATE_KEY] = _ExplainGate(in_flight)
+    app.middlewares.append(recording_middleware(log_, in_flight))
     app.router.add_get("/ui", _page, name="ui")
     app.router.add_get("/ui/", _page)
     app.router.add_get("/ui/static/{file}", _static, name="ui-static")
@@ -177,58 +202,79 @@ async def _explain(request: web.Request) -> web.Response:
         return _json({"error": f"a pod to explain is at most {MAX_EXPLAIN_BYTES} bytes"}, 413)
     if not placement.ready():
         return _json({"error": "cluster state not ready"}, 503)
+    gate = request.app[_EXPLAIN_GATE_KEY]
+    if gate.busy:
+        response = _json(
+            {"error": "another explain is running (one at a time); try again when it is done"}, 429
+        )
+        response.headers["Retry-After"] = "1"
+        return response
+    gate.busy = True
     try:
-        pod, report = await _on_worker(request, _explain_text, placement, text)
+        return await _explained(request, placement, gate, text)
+    finally:
+        gate.busy = False
+
+
+async def _explained(
+    request: web.Request, placement: Placement, gate: _ExplainGate, text: str
+) -> web.Response:
+    try:
+        # Parsing needs no placement: off the event loop and off the worker.
+        document = await asyncio.to_thread(_pod_document, text)
+        pod = await _on_worker(request, _resolve_pending, placement, document)
+        start = functools.partial(explaining.Explanation, time_limit=placement.filter_timeout_seconds)
+        explanation = await _on_worker(request, start, placement, pod)
+        done = False
+        while not done:
+            await gate.in_flight.quiet(at_most=EXPLAIN_YIELD_SECONDS)
+            done = await _on_worker(request, explanation.step, EXPLAIN_STEP_SECONDS)
     except ValueError as exc:
         return _json({"error": str(exc)}, 400)
-    return _json({"pod": pod_ref(pod), "report": report})
-
-
-def _explain_text(placement: Placement, text: str) -> tuple[Obj, str]:
-    """(the pod, what `dra-extender explain` prints for it); ValueError names what is wrong."""
-    pod = _pod_to_explain(placement, text)
-    try:
-        report = explaining.explain(
-            placement.state, pod, features=placement.features, topology=placement.topology
-        )
+    except WorkTimeout as exc:
+        return _json({"error": f"explain: the worker {exc} (busy with the scheduler's calls)"}, 503)
+    except explaining.StateChanging as exc:
+        return _json({"error": str(exc)}, 503)
     except Exception as exc:  # a pod the core cannot read: say so, never 500 a read-only form
-        log.info("dashboard explain of %s failed: %s", pod_ref(pod), exc)
-        raise ValueError(f"cannot explain this pod: {type(exc).__name__}: {exc}") from None
-    return pod, report
+        log.info("dashboard explain failed: %s", exc, exc_info=True)
+        return _json({"error": f"cannot explain this pod: {type(exc).__name__}: {exc}"}, 400)
+    return _json({"pod": pod_ref(pod), "report": explanation.report})
 
 
-def _pod_to_explain(placement: Placement, text: str) -> Obj:
-    try:
-        document = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"not YAML or JSON: {exc}") from None
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """`{"pending": "namespace/name"}`: explain that pending pod of the state."""
+
+    ref: str
+
+
+def _pod_document(text: str) -> Obj | _Pending:
+    """The pod pasted (checked as /filter checks one) or the pending pod asked for.
+
+    Raises:
+        ValueError: what is wrong, for the form (not YAML, nested too deeply, not one Pod, ...).
+    """
+    documents = explaining.parse_pod_documents(text, "pod")
+    document = documents[0] if len(documents) == 1 else None
     if isinstance(document, dict) and set(document) == {"pending"}:
-        wanted = str(document["pending"])
-        for pod in _pending_pods(placement):
-            if pod_ref(pod) == wanted:
-                return pod
-        raise ValueError(f"no pending pod {wanted} in the cluster state")
+        return _Pending(str(document["pending"]))
     if not isinstance(document, dict) or document.get("kind", "Pod") != "Pod":
         raise ValueError("paste one Pod object (YAML or JSON)")
     if not isinstance(document.get("metadata"), dict) or not isinstance(document.get("spec"), dict):
         raise ValueError("a Pod needs metadata and spec objects")
+    problem = pod_problem(document)
+    if problem:
+        raise ValueError(problem)
     return document
 
 
-def _terms(placement: Placement, pod: Obj, names: list[str]) -> dict[str, Obj]:
-    """Score terms of the nodes prioritize just ranked (from the cached evaluation)."""
-    evaluation = placement.evaluate(parse_pod(pod), names)  # equal pods: the cached evaluation
-    out: dict[str, Obj] = {}
-    for name in names:
-        score = evaluation.scores.get(name)
-        if score is not None:
-            out[name] = {
-                "score": round(score.score, 4),
-                "locality": round(score.locality, 4),
-                "fragmentation": round(score.fragmentation, 4),
-                "packing": round(score.packing, 4),
-            }
-    return out
+def _resolve_pending(placement: Placement, document: Obj | _Pending) -> Obj:
+    if not isinstance(document, _Pending):
+        return document
+    for pod in _pending_pods(placement):
+        if pod_ref(pod) == document.ref:
+            return pod
+    raise ValueError(f"no pending pod {document.ref} in the cluster state")
 
 
 def pod_ref(pod: Obj) -> str:

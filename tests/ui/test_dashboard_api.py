@@ -125,12 +125,21 @@ async def test_decisions_record_filter_prioritize_and_bind(client) -> None:
     assert [d["verb"] for d in listed] == ["bind", "prioritize", "filter"]
     filtered = await _get(client, f"/ui/api/decisions/{listed[2]['seq']}")
     assert (filtered["passed"], filtered["unresolvable"]) == (2, 16)
-    assert "h100.nvidia.com" in filtered["reasons"]["l40s-node-01"]
-    assert sorted(filtered["passed_nodes"]) == ["h100-node-01", "h100-node-02"]
+    rows = {row["name"]: row for row in filtered["nodes"]}
+    assert rows["l40s-node-01"]["outcome"] == "unresolvable"
+    assert "h100.nvidia.com" in rows["l40s-node-01"]["reason"]
+    assert sorted(n for n, row in rows.items() if row["outcome"] == "passed") == [
+        "h100-node-01",
+        "h100-node-02",
+    ]
+    assert len(rows) == len(ALL_NODES) and filtered["left_out"] == 0
     ranked = await _get(client, f"/ui/api/decisions/{listed[1]['seq']}")
-    assert ranked["node"] == "h100-node-02" and ranked["scores"]["h100-node-02"] == 10
-    terms = ranked["terms"]["h100-node-02"]
-    assert set(terms) == {"score", "locality", "fragmentation", "packing"}
+    best = ranked["nodes"][0]
+    assert ranked["node"] == best["name"] == "h100-node-02" and best["score"] == 10
+    assert set(best["terms"]) == {"score", "locality", "fragmentation", "packing"}
+    assert [row["score"] for row in ranked["nodes"]] == sorted(
+        (row["score"] for row in ranked["nodes"]), reverse=True
+    )
     assert listed[0]["node"] == "h100-node-02" and listed[0]["error"] == ""
     status = await _get(client, "/ui/api/status")
     assert status["last_decision"] == listed[0]["seq"]

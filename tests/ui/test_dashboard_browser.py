@@ -172,3 +172,46 @@ def test_dashboard_shows_fleet_node_decisions_and_explain(server: str, browser, 
     shot = Path(os.environ.get("DRA_UI_SCREENSHOT") or tmp_path / "dashboard.png")
     driver.execute_script("window.scrollTo(0, 0);")
     assert driver.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+def _decision_cells(server: str, driver, wait, verb: str) -> dict[str, list[str]]:
+    """Open the newest decision of `verb` on the page and return its node rows: name -> cells."""
+    with urllib.request.urlopen(f"{server}/ui/api/decisions", timeout=10) as response:
+        seq = next(d["seq"] for d in json.loads(response.read())["decisions"] if d["verb"] == verb)
+    row = wait.until(
+        expected_conditions.presence_of_element_located(
+            (By.CSS_SELECTOR, f'#decisions tbody tr[data-seq="{seq}"]')
+        )
+    )
+    row.click()
+    wait.until(lambda d: d.find_element(By.ID, "decision-seq").text.startswith(f"#{seq}:"))
+    detail = driver.find_element(By.ID, "decision-nodes")
+    rows = [
+        [td.text for td in r.find_elements(By.TAG_NAME, "td")]
+        for r in detail.find_elements(By.CSS_SELECTOR, "tbody tr")
+    ]
+    return {cells[0]: cells for cells in rows if len(cells) == 4}
+
+
+def test_nodes_named_like_object_properties_show_their_own_values(server: str, browser) -> None:
+    """A node named `constructor` or `__proto__` shows its own score and reason, not a property of
+    Object.prototype (the page used to look nodes up in plain objects: `function Object() ...`)."""
+    driver = browser
+    wait = WebDriverWait(driver, 20)
+    driver.get(f"{server}/ui")
+    wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#kinds tbody tr")))
+    pod = next(p for p in PODS if p["metadata"]["name"] == "gpu-training")
+    nodes = ["constructor", "__proto__", "toString", "h100-node-01"]
+    answer = _post(f"{server}/filter", {"Pod": pod, "NodeNames": nodes})
+    assert answer["NodeNames"] == ["h100-node-01"]
+    cells = _decision_cells(server, driver, wait, "filter")
+    for name in ("constructor", "__proto__", "toString"):
+        _, score, terms, reason = cells[name]
+        assert score == "" and terms == "" and reason and "function" not in reason and "[object" not in reason
+    assert cells["h100-node-01"][3] == "passed"
+
+    _post(f"{server}/prioritize", {"Pod": pod, "NodeNames": nodes})
+    cells = _decision_cells(server, driver, wait, "prioritize")
+    assert cells["constructor"][1] == "0" and cells["constructor"][2] == ""
+    assert cells["h100-node-01"][1] == "10" and cells["h100-node-01"][2].startswith("score ")
+    assert not any("function" in text for row in cells.values() for text in row)

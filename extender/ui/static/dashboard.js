@@ -66,6 +66,7 @@ function deviceBox(device) {
   const cls = "device" + (device.assumed ? " assumed" : device.held ? " held" : "");
   const box = el("div", cls);
   box.dataset.device = device.name;
+  box.dataset.driver = device.driver;
   box.style.borderTopColor = domainColour(device.nvlink);
   box.title = `${device.driver}/${device.pool}/${device.name}\nNVLink domain: ${device.nvlink}\n` +
     `PCIe root: ${device.pcie}\nNUMA: ${device.numa}`;
@@ -144,6 +145,8 @@ function renderDecisions(list) {
   }
 }
 
+// A decision's nodes come as a list of rows, never as objects keyed by node name: a node named
+// "constructor" or "__proto__" would otherwise read a property of Object.prototype.
 async function selectDecision(seq) {
   state.decision = seq;
   for (const row of document.querySelectorAll("#decisions tbody tr")) {
@@ -154,18 +157,24 @@ async function selectDecision(seq) {
   document.getElementById("decision-seq").textContent = `#${detail.seq}: ${detail.verb} ${detail.pod}`;
   const body = document.querySelector("#decision-nodes tbody");
   body.replaceChildren();
-  const nodes = new Set([...detail.passed_nodes, ...Object.keys(detail.scores), ...Object.keys(detail.reasons)]);
-  if (detail.verb === "bind") nodes.add(detail.node);
-  for (const node of nodes) {
-    const terms = detail.terms[node];
+  const rows = detail.verb === "bind" ? [{ name: detail.node, outcome: "bound", score: null, terms: null, reason: "" }]
+    : detail.nodes;
+  for (const node of rows) {
+    const terms = node.terms;
     const text = terms
       ? `score ${terms.score} (locality ${terms.locality}, fragmentation ${terms.fragmentation}, packing ${terms.packing})`
       : "";
+    const why = node.reason || (node.outcome === "passed" ? "passed" : detail.error || "");
     const row = el("tr");
-    const passed = detail.passed_nodes.includes(node) ? "passed" : "";
-    for (const value of [node, detail.scores[node] ?? "", text, detail.reasons[node] ?? (detail.error || passed)]) {
-      row.append(el("td", null, value));
-    }
+    row.dataset.node = node.name;
+    for (const value of [node.name, node.score ?? "", text, why]) row.append(el("td", null, value));
+    body.append(row);
+  }
+  if (detail.left_out) {
+    const row = el("tr", "muted");
+    const cell = el("td", null, `… ${detail.left_out} more node(s) not kept (the best-scored, or the first, are shown)`);
+    cell.colSpan = 4;
+    row.append(cell);
     body.append(row);
   }
 }
@@ -189,7 +198,8 @@ async function explain() {
   const pending = document.getElementById("pending").value;
   const text = pending ? JSON.stringify({ pending }) : document.getElementById("pod-text").value;
   output.textContent = "…";
-  const response = await fetch("/ui/api/explain", { method: "POST", body: text, headers: { "Content-Type": "text/plain" } });
+  // Not text/plain: a content type no HTML form can send, so another site cannot post here unasked.
+  const response = await fetch("/ui/api/explain", { method: "POST", body: text, headers: { "Content-Type": "application/yaml" } });
   const answer = await response.json();
   output.classList.toggle("error", !response.ok);
   output.textContent = response.ok ? answer.report : answer.error;
