@@ -402,8 +402,11 @@ class Gangs:
             found.extend(pod for pod in self.state_pods() if pod.uid in assumed)
         return found
 
-    def with_term(self, pod: Pod, passed: list[str], by_node: dict[str, int]) -> dict[str, int]:
-        """Prioritize's 0..10 per node with the clique term of a gang member (`weight` > 0)."""
+    def with_term(
+        self, pod: Pod, passed: list[str], by_node: dict[str, int], *, nominate: bool = False
+    ) -> dict[str, int]:
+        """Prioritize's 0..10 per node with the clique term of a gang member (`weight` > 0);
+        `nominate` records the member's top node (prioritize does, explain does not)."""
         member = gang_of(pod, self.settings)
         if member is None or not passed:
             return by_node
@@ -422,7 +425,7 @@ class Gangs:
             return by_node
         weight = self.settings.weight
         out = {name: combine(by_node.get(name, 0), terms.get(name, 0.0), weight) for name in passed}
-        if uid and slots:
+        if nominate and uid and slots:
             self.nominate(member, uid, max(slots, key=lambda name: out[name]))
         return out
 

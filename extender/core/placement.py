@@ -160,12 +160,15 @@ class Placement:
         """
         evaluation = self.evaluate(pod, node_names)
         observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
-        by_node = self.priorities(pod, evaluation, node_names)
+        by_node = self.priorities(pod, evaluation, node_names, nominate=True)
         return [HostScore(name, by_node.get(name, 0)) for name in node_names]
 
-    def priorities(self, pod: Pod, evaluation: PodEvaluation, node_names: list[str]) -> dict[str, int]:
+    def priorities(
+        self, pod: Pod, evaluation: PodEvaluation, node_names: list[str], *, nominate: bool = False
+    ) -> dict[str, int]:
         """0..10 of the scored nodes among `node_names` (absent: 0), as prioritize answers them,
-        from an evaluation that has decided them (explain reuses it)."""
+        from an evaluation that has decided them (explain reuses it). `nominate`: record a gang
+        member's top node for its gang (only the scheduler's own prioritize does)."""
         if evaluation.error or not evaluation.specs:
             return {}
         passed = [name for name in node_names if evaluation.verdicts[name].status == PASSED]
@@ -174,7 +177,7 @@ class Placement:
         values = scoring.by_preference(scoring.priorities(scores.values(scored)), scores.preferences(scored))
         by_node = dict(zip(scored, values.tolist(), strict=True))
         if self.gangs.settings.weight > 0:
-            by_node = self.gangs.with_term(pod, passed, by_node)
+            by_node = self.gangs.with_term(pod, passed, by_node, nominate=nominate)
         return by_node
 
     def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:

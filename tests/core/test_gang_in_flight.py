@@ -51,7 +51,7 @@ def _top(scores: dict[str, int]) -> set[str]:
 
 
 def _score(gangs: Any, pod: Pod) -> dict[str, int]:
-    return gangs.with_term(pod, NODES, dict.fromkeys(NODES, 5))
+    return gangs.with_term(pod, NODES, dict.fromkeys(NODES, 5), nominate=True)
 
 
 def test_equally_tight_cliques_leave_one_clique_on_top() -> None:
@@ -78,6 +78,12 @@ def test_members_scored_back_to_back_follow_the_first_into_its_clique() -> None:
         }
         assert not top & taken, f"{name} is steered onto a node another member is nominated to"
     assert len(set(gangs.nominated(Gang("default/volcano:train", 4)).values())) == 4
+
+
+def test_explaining_a_member_nominates_nothing() -> None:
+    gangs, _ = _setup()
+    gangs.with_term(parse_pod(_member("w0")), NODES, dict.fromkeys(NODES, 5))
+    assert gangs.nominated(Gang("default/volcano:train", 4)) == {}
 
 
 def test_a_bound_member_counts_where_it_is_bound_not_where_it_was_nominated() -> None:

@@ -37,17 +37,18 @@ def _decisions(plane: ControlPlane) -> list[dict[str, Any]]:
 
 def _our_best(decisions: list[dict[str, Any]], pod: dict[str, Any]) -> set[str]:
     """The nodes our last prioritize for `pod` scored highest, or, when kube-scheduler skipped
-    scoring because one node was feasible, the one node our last filter passed."""
+    scoring because one node was feasible, the one node our last filter passed (the decision
+    record keeps the best-scored and the passed nodes of each call)."""
     key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
     mine = [d for d in decisions if d["pod"] == key]
-    prioritized = [d for d in mine if d["verb"] == "prioritize" and d["scores"]]
+    prioritized = [d for d in mine if d["verb"] == "prioritize" and d["nodes"]]
     if prioritized:
-        scores = max(prioritized, key=lambda d: d["seq"])["scores"]
-        top = max(scores.values())
-        return {n for n, s in scores.items() if s == top}
+        rows = max(prioritized, key=lambda d: d["seq"])["nodes"]
+        top = max(r["score"] for r in rows)
+        return {r["name"] for r in rows if r["score"] == top}
     filtered = [d for d in mine if d["verb"] == "filter"]
     assert filtered, f"the extender never saw {key}"
-    return set(max(filtered, key=lambda d: d["seq"])["passed_nodes"])
+    return {r["name"] for r in max(filtered, key=lambda d: d["seq"])["nodes"] if r["outcome"] == "passed"}
 
 
 def _device_nodes(plane: ControlPlane) -> dict[tuple[str, str, str], str]:
