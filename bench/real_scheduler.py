@@ -15,13 +15,15 @@ allocated claims reserved for bound pods). There are no kubelets: a bound pod st
 
 Per run, M pods of the mixed claim shapes are created at once (8 client threads); a watch on the
 namespace records when each pod gets `spec.nodeName` (bound) or its first
-`PodScheduled=False/Unschedulable` (declared unschedulable). Reported per run: pods/s (decided
-pods over the time from the first create to the last decision), p50/p99 of each pod's time from
-its create call returning to its decision, and placement quality from the claims' allocations in
-the API server: multi-GPU pods whose GPUs share one NVLink domain, GPU+NIC pods whose GPU and NIC
-share a NUMA node, and how many A100 GPUs the run's MIG partitions opened (GPUs that held no
-partition before; fewer is tighter packing). The three runs use the same fleet; between runs the
-run's pods and claims are deleted and the devices are free again.
+`PodScheduled=False/Unschedulable`; a run ends when every pod is bound, or when the rest have all
+been found unschedulable and no pod was bound for 15 s. Reported per run: pods/s (bound pods over
+the time from the first create to the last binding), p50/p99 of each bound pod's time from its
+create call returning to its binding, the pods left unschedulable, and placement quality from the
+claims' allocations in the API server: multi-GPU pods whose GPUs share one NVLink domain,
+GPU+NIC pods whose GPU and NIC share a NUMA node, and how many A100 GPUs the run's MIG
+partitions opened (GPUs that held no partition before; fewer is tighter packing). The three
+runs use the same fleet; between runs the run's pods and claims are deleted and the devices are
+free again.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ SCHEDULER = {
 }
 GPU_DRIVER = "gpu.nvidia.com"
 NIC_DRIVER = "dra.net"
+#: Seconds without a new binding after which pods that were all found unschedulable count as such.
+SETTLE = 15.0
 _SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink")
 
 
@@ -202,9 +206,6 @@ class PodWatch:
             ):
                 self.unschedulable.setdefault(name, now)
 
-    def decided(self, names: Iterable[str]) -> int:
-        return sum(1 for n in names if n in self.bound or n in self.unschedulable)
-
     def stop(self) -> None:
         self._stop.set()
 
@@ -305,17 +306,21 @@ def run_mode(plane: ControlPlane, mode: str, nodes: int, shapes: list[str], time
     start = time.monotonic()
     _parallel(zip(names, shapes, strict=True), create)
     deadline = start + timeout
-    while watch.decided(created) < len(created) and time.monotonic() < deadline:
+    # Done when every pod is bound, or when the rest have all been found unschedulable and no
+    # pod was bound for SETTLE seconds (the scheduler retries them; a first Unschedulable is no
+    # verdict: a pod whose claim the controller has not created yet gets one too).
+    while time.monotonic() < deadline:
+        unbound = [n for n in created if n not in watch.bound]
+        last_bind = max(watch.bound.values(), default=start)
+        if not unbound or (
+            all(n in watch.unschedulable for n in unbound) and time.monotonic() - last_bind > SETTLE
+        ):
+            break
         time.sleep(0.2)
     watch.stop()
-    decided = {
-        n: min(t for t in (watch.bound.get(n), watch.unschedulable.get(n)) if t is not None)
-        for n in created
-        if n in watch.bound or n in watch.unschedulable
-    }
-    latencies = [(decided[n] - created[n]) * 1000 for n in decided]
-    end = max(decided.values(), default=start)
     bound = [n for n in created if n in watch.bound]
+    latencies = [(watch.bound[n] - created[n]) * 1000 for n in bound]
+    end = max((watch.bound[n] for n in bound), default=start)
     nvlink, numa, opened, mig_pods = quality(kube, attrs, bound, before)
     result = RunResult(
         mode=mode,
@@ -323,9 +328,9 @@ def run_mode(plane: ControlPlane, mode: str, nodes: int, shapes: list[str], time
         pods=len(names),
         bound=len(bound),
         unschedulable=sum(1 for n in created if n not in watch.bound and n in watch.unschedulable),
-        undecided=len(created) - len(decided),
+        undecided=sum(1 for n in created if n not in watch.bound and n not in watch.unschedulable),
         seconds=round(end - start, 2),
-        pods_per_second=round(len(decided) / max(end - start, 1e-9), 2),
+        pods_per_second=round(len(bound) / max(end - start, 1e-9), 2),
         p50_ms=round(_percentile(latencies, 0.5), 1),
         p99_ms=round(_percentile(latencies, 0.99), 1),
         nvlink_multi_gpu=nvlink,
