@@ -110,6 +110,28 @@ def test_json_file(tmp_path):
     assert load_state_paths([path]) == [obj]
 
 
+def test_json_content_in_a_yaml_named_file_is_read_as_json(tmp_path, monkeypatch):
+    """`kubectl get -o json > state.yaml`: the content decides, not the name, so the YAML parser
+    (about 4x slower on JSON) is not used; flow-style YAML that is no JSON still loads."""
+    from extender.cluster import loading
+
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-j"}}
+    path = _write(tmp_path, "state.yaml", "\n  " + json.dumps(obj))
+
+    def no_yaml(*args, **kwargs):
+        raise AssertionError("JSON content went through the YAML parser")
+
+    monkeypatch.setattr(loading.yaml, "load_all", no_yaml)
+    assert load_state_paths([path]) == [obj]
+    monkeypatch.undo()
+    flow = _write(tmp_path, "flow.yaml", "{apiVersion: v1, kind: Node, metadata: {name: node-f}}")
+    assert load_state_paths([flow]) == [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-f"}}]
+    deep = _write(tmp_path, "deep.yaml", "[" * 50_000 + "]" * 50_000)
+    # 50,000 levels crash the YAML parser's C loader; as JSON they are a clear error
+    with pytest.raises(StateLoadError, match="deep.yaml: document 0: must be an object"):
+        load_state_paths([deep])
+
+
 def test_generic_list_is_unpacked(tmp_path):
     """`kind: List` (kubectl get -o json) yields its items."""
     items = [
