@@ -44,7 +44,7 @@ from typing import Any
 import requests
 
 from loadtests.fleet import generate_mixed_cluster
-from loadtests.generate import NAMESPACE, POD_CLAIM, SHAPE_LABEL
+from loadtests.generate import NAMESPACE, POD_CLAIM, SHAPE_LABEL, generate_cluster
 from tests.e2e.cluster import ControlPlane, Kube, collection_path, object_path
 from tests.e2e.objects import mark_ready, owned_by_node
 
@@ -104,8 +104,13 @@ def publish_fleet(kube: Kube, objects: list[Obj]) -> dict[str, int]:
     running = [p for p in by_kind.get("Pod", []) if p["spec"].get("nodeName")]
 
     def hold(pod: Obj) -> None:
-        created = kube.request("POST", collection_path(pod), _clean(pod) | {"status": {}}, ok=(201,))
-        name = pod["spec"]["resourceClaims"][0]["resourceClaimName"]
+        ref = pod["spec"]["resourceClaims"][0]
+        statuses = pod.get("status", {}).get("resourceClaimStatuses") or [{}]
+        name = ref.get("resourceClaimName") or statuses[0]["resourceClaimName"]
+        # A running pod names its claim directly (its template's claim was generated long ago).
+        body = _clean(pod) | {"status": {}}
+        body["spec"]["resourceClaims"] = [{"name": POD_CLAIM, "resourceClaimName": name}]
+        created = kube.request("POST", collection_path(pod), body, ok=(201,))
         claim = claims[name]
         made = kube.request("POST", collection_path(claim), _clean(claim) | {"status": {}}, ok=(201,))
         status = json.loads(json.dumps(claim["status"]))
@@ -143,6 +148,7 @@ def device_attributes(kube: Kube) -> dict[tuple[str, str, str], dict[str, Any]]:
 
 @dataclass
 class RunResult:
+    fleet: str
     mode: str
     nodes: int
     pods: int
@@ -279,7 +285,9 @@ def held_mig_gpus(kube: Kube, attrs: dict[tuple[str, str, str], dict[str, Any]])
     return held
 
 
-def run_mode(plane: ControlPlane, mode: str, nodes: int, shapes: list[str], timeout: float) -> RunResult:
+def run_mode(
+    plane: ControlPlane, fleet: str, mode: str, nodes: int, shapes: list[str], timeout: float
+) -> RunResult:
     kube = plane.kube
     plane.use(mode)
     attrs = device_attributes(kube)
@@ -323,6 +331,7 @@ def run_mode(plane: ControlPlane, mode: str, nodes: int, shapes: list[str], time
     end = max((watch.bound[n] for n in bound), default=start)
     nvlink, numa, opened, mig_pods = quality(kube, attrs, bound, before)
     result = RunResult(
+        fleet=fleet,
         mode=mode,
         nodes=nodes,
         pods=len(names),
@@ -382,18 +391,19 @@ def cleanup(kube: Kube, names: list[str]) -> None:
 
 def markdown(results: list[RunResult]) -> str:
     lines = [
-        "| nodes | mode | pods | bound | unsched. | undecided | pods/s | x baseline | p50 ms | p99 ms "
+        "| fleet | nodes | mode | pods | bound | unsched. | undecided | pods/s | x baseline | p50 ms "
+        "| p99 ms "
         "| multi-GPU in 1 NVLink domain | GPU+NIC on 1 NUMA | MIG GPUs opened (MIG pods) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    baseline = {r.nodes: r.pods_per_second for r in results if r.mode == "baseline"}
+    baseline = {(r.fleet, r.nodes): r.pods_per_second for r in results if r.mode == "baseline"}
     for r in results:
-        ratio = r.pods_per_second / baseline[r.nodes] if baseline.get(r.nodes) else float("nan")
+        base = baseline.get((r.fleet, r.nodes))
+        ratio = f"{r.pods_per_second / base:.2f}" if base else "-"
         lines.append(
-            f"| {r.nodes} | {r.mode} | {r.pods} | {r.bound} | {r.unschedulable} | {r.undecided} "
-            f"| {r.pods_per_second} "
-            f"| {ratio:.2f} | {r.p50_ms} | {r.p99_ms} | {r.nvlink_multi_gpu} | {r.gpu_nic_same_numa} "
-            f"| {r.mig_gpus_opened} ({r.mig_pods}) |"
+            f"| {r.fleet} | {r.nodes} | {r.mode} | {r.pods} | {r.bound} | {r.unschedulable} | {r.undecided} "
+            f"| {r.pods_per_second} | {ratio} | {r.p50_ms} | {r.p99_ms} | {r.nvlink_multi_gpu} "
+            f"| {r.gpu_nic_same_numa} | {r.mig_gpus_opened} ({r.mig_pods}) |"
         )
     return "\n".join(lines) + "\n"
 
@@ -427,6 +437,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.real_scheduler", description=__doc__.split("\n")[0]
     )
+    parser.add_argument(
+        "--fleet",
+        choices=("mixed", "h100"),
+        default="mixed",
+        help="mixed: loadtests.fleet (MIG on shared counters, several vendors); h100: identical "
+        "8-GPU nodes with NICs (loadtests.generate)",
+    )
     parser.add_argument("--nodes", type=int, nargs="+", default=[500, 2000])
     parser.add_argument("--pods", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
@@ -442,7 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: list[RunResult] = []
     for nodes in args.nodes:
-        objects, pending = generate_mixed_cluster(nodes=nodes, seed=args.seed, pods=args.pods)
+        if args.fleet == "mixed":
+            objects, pending = generate_mixed_cluster(nodes=nodes, seed=args.seed, pods=args.pods)
+        else:
+            objects, pending = generate_cluster(nodes=nodes, seed=args.seed, pods=args.pods)
         shapes = [p["metadata"]["labels"][SHAPE_LABEL] for p in pending]
         with tempfile.TemporaryDirectory(prefix="dra-bench-") as work:
             plane = ControlPlane(Path(work))
@@ -452,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
                 counts = publish_fleet(plane.kube, objects)
                 print(f"{nodes} nodes: published {counts} in {time.monotonic() - started:.0f} s", flush=True)
                 for mode in args.modes:
-                    result = run_mode(plane, mode, nodes, shapes, args.timeout)
+                    result = run_mode(plane, args.fleet, mode, nodes, shapes, args.timeout)
                     print(json.dumps(asdict(result)), flush=True)
                     results.append(result)
             finally:

@@ -460,6 +460,8 @@ class ControlPlane:
             "-m",
             "extender",
             "serve",
+            # The shipped settings file; what differs here (paths, ports, tracing) comes as flags.
+            f"--config={ROOT / 'config' / 'extender-settings.yaml'}",
             "--kube",
             f"--kubeconfig={self.extender_kubeconfig}",
             f"--listen=127.0.0.1:{port}",
