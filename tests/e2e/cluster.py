@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -48,6 +49,16 @@ EXTENDER_SERVICE = "dra-topology-extender.dra-system.svc"
 EXTENDERS = ("extender", "extender-a", "extender-b")
 
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the test run or bench that started it dies, even
+    by SIGKILL, so no control plane outlives its owner (Linux prctl; elsewhere a no-op)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -210,6 +221,7 @@ class ControlPlane:
             stdin=subprocess.DEVNULL,
             env={**os.environ, **(env or {})},
             cwd=ROOT,
+            preexec_fn=_die_with_parent,
         )
         handle.close()
         process = Process(name, popen, log)
@@ -643,9 +655,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"extender:   https://127.0.0.1:{plane.extender_port} (mode {args.mode})")
         print(f"jaeger:     http://127.0.0.1:{plane.jaeger_query}")
         print(f"logs:       {plane.work}/*.log")
-        print("Ctrl-C stops everything.", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        print("Ctrl-C (or SIGTERM) stops everything.", flush=True)
+        # Blocked first, so sigwait receives them instead of their default actions.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
     return 0
 
 
