@@ -339,7 +339,7 @@ def run_mode(
         unschedulable=sum(1 for n in created if n not in watch.bound and n in watch.unschedulable),
         undecided=sum(1 for n in created if n not in watch.bound and n not in watch.unschedulable),
         seconds=round(end - start, 2),
-        pods_per_second=round(len(bound) / max(end - start, 1e-9), 2),
+        pods_per_second=round(len(bound) / max(end - start, 1e-9), 4),
         p50_ms=round(_percentile(latencies, 0.5), 1),
         p99_ms=round(_percentile(latencies, 0.99), 1),
         nvlink_multi_gpu=nvlink,
