@@ -45,6 +45,9 @@ class PodEvaluation:
     specs: list[ClaimSpec]
     problem: str = ""  # pod-level: every node is unresolvable with this message
     error: str = ""  # the call must fail (e.g. the search timed out): scheduler retries
+    #: CEL selectors stopped at the deadline (`SelectorsInterrupted`): the evaluation is not kept,
+    #: so the retry evaluates again, continuing from the results cached on the devices.
+    interrupted: bool = False
     verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
     allocations: dict[str, list[ClaimAllocation]] = field(default_factory=dict)  # first-fit, upstream's
     scores: ScoreBook = field(default_factory=ScoreBook)  # topology choice per passed node
@@ -83,6 +86,10 @@ class Evaluations:
         self._entries[key] = evaluation
         while len(self._entries) > self._size:
             self._entries.popitem(last=False)
+
+    def discard(self, key: Key) -> None:
+        """Forget one evaluation (one that must not answer the next call)."""
+        self._entries.pop(key, None)
 
     def clear(self) -> None:
         """Forget every evaluation (benchmarks: each call does a new pod's work)."""

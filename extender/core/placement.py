@@ -206,6 +206,8 @@ class Placement:
         missing = list(dict.fromkeys(n for n in node_names if n not in evaluation.verdicts))
         if missing and not evaluation.error:
             self.decide(evaluation, missing)
+            if evaluation.interrupted:  # the retry must evaluate again (and gets further)
+                self.evaluations.discard(key)
             self.view.freeze_new_caches()
         return evaluation
 

@@ -31,7 +31,8 @@ from extender.core.ranking import Ranker
 from extender.core.reasons import PASSED, UNRESOLVABLE, NodeVerdict
 from extender.core.searching import Budget, Search, bare_node, check_classes_and_selectors
 from extender.core.view import ClusterView, Snapshot
-from extender.errors import AllocationAborted, AllocationError, NodeScopedError
+from extender.errors import AllocationAborted, AllocationError, NodeScopedError, SelectorsInterrupted
+from extender.index import selecting
 from extender.index.snapshot import DeviceIndex
 from kernels import counters as counter_kernels
 from kernels import topology as kernels
@@ -273,6 +274,7 @@ def decide(
             run(evaluation, index, pending, view=view, tiers=tiers, budget=budget)
     except AllocationAborted as exc:
         evaluation.error = reasons.timed_out(exc)
+        evaluation.interrupted = isinstance(exc, SelectorsInterrupted)
     except AllocationError as exc:
         evaluation.problem = str(exc)
         for name in [*evaluation.verdicts, *pending]:
@@ -295,5 +297,6 @@ def run(
     snapshot = view.snapshot()
     deadline = budget.deadline()
     remaining = names
-    for tier in tiers:
-        remaining = tier.decide(evaluation, snapshot, remaining, deadline)
+    with selecting.stopping(budget.stopper(deadline)):  # a pod's first masks run CEL: same deadline
+        for tier in tiers:
+            remaining = tier.decide(evaluation, snapshot, remaining, deadline)
