@@ -208,6 +208,8 @@ class Placement:
             self.decide(evaluation, missing)
             if evaluation.interrupted:  # the retry must evaluate again (and gets further)
                 self.evaluations.discard(key)
+            else:
+                self.evaluations.grown(key)
             self.view.freeze_new_caches()
         return evaluation
 
