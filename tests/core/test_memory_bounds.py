@@ -19,6 +19,7 @@ from extender.core import evaluation as evaluations_module
 from extender.index import snapshot
 from extender.lru import SizedLRU, deep_size
 from extender.pods import parse_pod
+from tests.allocator import builders as b
 from tests.core import small_cluster as c
 
 MiB = 2**20
@@ -124,3 +125,59 @@ def test_deep_size_counts_what_a_decoded_object_holds() -> None:
     for _ in range(100_000):  # deeper than the stack: walked without recursion
         nested = {"a": nested}
     assert deep_size(nested) > 100_000 * 64
+
+
+def test_distinct_claims_leave_nothing_behind_once_the_bounded_caches_are_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What grew per distinct claim (issue 22: 280 MiB for the first 5,000 claims on the sample,
+    36 MiB for the next 10,000). The first figure was mostly numba compiling the kernels in the
+    background while those claims were filtered (a one-time 55-200 MiB, docs/robustness.md); the
+    rest was the caches each distinct selector fills: the compiled selector (LRU of 4,096), its
+    results on the devices (LRU of expressions), and one selector mask per distinct selector set,
+    which nothing evicted. With every cache bounded, claims past the bounds leave nothing."""
+    from extender.cel import selectors as compiled
+
+    monkeypatch.setattr(compiled, "COMPILE_CACHE_SIZE", 50)
+    monkeypatch.setattr(snapshot, "MASK_CACHE_BYTES", 64 * 1024, raising=False)
+    claims = [
+        {
+            **b.claim(
+                f"claim-{k}",
+                [
+                    b.request(
+                        "r",
+                        c.GPU,
+                        1,
+                        selectors=[{"cel": {"expression": f"device.attributes['{c.DRIVER}'].index != {k}"}}],
+                    )
+                ],
+            ),
+            "kind": "ResourceClaim",
+        }
+        for k in range(600)
+    ]
+    objects: list[c.Obj] = [c.gpu_class(), *claims]
+    for n in range(200):
+        objects += [c.node(f"n{n}"), *c.gpus(f"n{n}", 4)]
+    tracemalloc.start()  # before anything: what the caches free later was traced too
+    placement = c.placement(objects)
+    placement.evaluations = evaluations_module.Evaluations(size=8, pods_seen=8)
+    placement.index().evaluator.cache_size = 8
+    nodes = [f"n{n}" for n in range(200)]
+
+    def run(first: int, last: int) -> None:
+        for k in range(first, last):
+            pod = c.pod([claims[k]], name=f"pod-{k}", uid=f"pod-{k}")
+            assert placement.filter(pod, nodes).passed
+
+    try:
+        live = []
+        for first in (0, 200, 400):
+            run(first, first + 200)
+            gc.collect()
+            live.append(tracemalloc.get_traced_memory()[0])
+    finally:
+        tracemalloc.stop()
+    grown = live[2] - live[1]  # the first 200 filled every bounded cache
+    assert grown < 100 * 1024, f"{grown / 1024:.0f} KiB kept by 200 more distinct claims ({live})"
