@@ -8,9 +8,9 @@ this one thread keeps that true, while the event loop stays free to read request
 
 Why a deadline does not stop the work: Python cannot safely interrupt a thread, and an exception
 injected mid-update could leave a cache half-written. A call whose deadline passes is answered
-at once with `WorkTimeout`; the work itself runs to its end (the allocator search stops itself
-after `filter_timeout_seconds`, CEL evaluation at its cost budget) and what it leaves behind are
-ordinary, complete cache entries, which the scheduler's retry then reuses. Calls still waiting
+at once with `WorkTimeout`; the work itself runs to its end (the allocator search and CEL
+evaluation stop themselves at the same deadline, CEL also at its cost budget) and what it leaves
+behind are ordinary, complete cache entries, which the scheduler's retry then reuses. Calls still waiting
 in the queue when their caller gives up are dropped before they start. Work that must not be
 abandoned halfway (a bind writes state) uses `start_timeout` instead: it may give up only
 while the work has not started, and once started it is awaited to the end.
