@@ -58,6 +58,11 @@ class AllocationAborted(AllocationError):
     """The search was cancelled or ran past its deadline (upstream: `filter operation aborted`)."""
 
 
+class SelectorsInterrupted(AllocationAborted):
+    """CEL selector evaluation stopped at the deadline. Results reached before it stay cached on
+    the devices, so a retry continues where this attempt stopped (the evaluation is not kept)."""
+
+
 class KubeAPIError(ExtenderError):
     """An API server call failed; `status` is the HTTP status (0 for transport errors) and
     `reason` its reason phrase ("" if none)."""

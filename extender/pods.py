@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from extender.lru import deep_size
 from extender.objects import Obj, list_field, mapping_field, text_field
 from extender.validation import pod_problem
 
@@ -75,6 +76,7 @@ class Pod:
     #: binder stores a bound copy); `problem` validates it.
     source: Obj = field(default_factory=dict, repr=False, compare=False, hash=False)
     _problem: list[str] = field(default_factory=list, init=False, repr=False, compare=False, hash=False)
+    _size: list[int] = field(default_factory=list, init=False, repr=False, compare=False, hash=False)
 
     @property
     def ref(self) -> str:
@@ -85,6 +87,14 @@ class Pod:
     def key(self) -> str:
         """The pod among the pods seen and in the evaluation cache: its UID, else namespace/name."""
         return self.uid or self.ref
+
+    @property
+    def size(self) -> int:
+        """Bytes the record keeps alive, about: `lru.deep_size` of its source (the parsed fields
+        share its strings), worked out once per record. The caches that keep pods weigh them by it."""
+        if not self._size:
+            self._size.append(deep_size(self.source))
+        return self._size[0]
 
     @property
     def problem(self) -> str:

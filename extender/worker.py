@@ -8,12 +8,18 @@ this one thread keeps that true, while the event loop stays free to read request
 
 Why a deadline does not stop the work: Python cannot safely interrupt a thread, and an exception
 injected mid-update could leave a cache half-written. A call whose deadline passes is answered
-at once with `WorkTimeout`; the work itself runs to its end (the allocator search stops itself
-after `filter_timeout_seconds`, CEL evaluation at its cost budget) and what it leaves behind are
-ordinary, complete cache entries, which the scheduler's retry then reuses. Calls still waiting
+at once with `WorkTimeout`; the work itself runs to its end (the allocator search and CEL
+evaluation stop themselves at the same deadline, CEL also at its cost budget) and what it leaves
+behind are ordinary, complete cache entries, which the scheduler's retry then reuses. Calls still waiting
 in the queue when their caller gives up are dropped before they start. Work that must not be
 abandoned halfway (a bind writes state) uses `start_timeout` instead: it may give up only
 while the work has not started, and once started it is awaited to the end.
+
+Whose deadline: a call with a `timeout` may have waited in the queue behind other work; its
+evaluation then has only what is left of its caller's wait (`waited()`, which the placement's
+search budget subtracts). So every piece of work stops by the time its own caller gives up, and
+a cheap call queued behind expensive ones is reached before its caller gives up on it (issue 22:
+an unrelated pod's filter waited 19 s behind one claim's selectors).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import contextvars
 import functools
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -30,7 +37,16 @@ from extender.errors import ExtenderError
 
 T = TypeVar("T")
 
-__all__ = ["PlacementWorker", "WorkTimeout"]
+__all__ = ["PlacementWorker", "WorkTimeout", "waited"]
+
+#: Seconds the call running in this context waited in the queue (set only for calls with a timeout).
+_WAITED: contextvars.ContextVar[float] = contextvars.ContextVar("worker_waited", default=0.0)
+
+
+def waited() -> float:
+    """How long the worker call running now waited in the queue before it started, if its caller
+    set a `timeout` (0 otherwise, and outside the worker): the part of its deadline already spent."""
+    return _WAITED.get()
 
 
 class WorkTimeout(ExtenderError):
@@ -58,6 +74,10 @@ class PlacementWorker:
         self._ident = threading.get_ident()
         return fn(*args)
 
+    def _enter_queued_since(self, submitted: float, fn: Callable[..., T], *args: Any) -> T:
+        _WAITED.set(time.monotonic() - submitted)  # in the call's own (copied) context
+        return self._enter(fn, *args)
+
     async def run(
         self,
         fn: Callable[..., T],
@@ -73,7 +93,8 @@ class PlacementWorker:
         Args:
             fn: the synchronous work.
             args: its positional arguments.
-            timeout: seconds to wait for the result; None waits as long as it takes.
+            timeout: seconds to wait for the result; None waits as long as it takes. The time
+                the call waits in the queue counts against it (`waited()`).
             start_timeout: seconds the work may wait in the queue; if it has not started by
                 then it is dropped, once started it is awaited to the end.
 
@@ -83,7 +104,10 @@ class PlacementWorker:
             Exception: whatever `fn` raised.
         """
         context = contextvars.copy_context()
-        call = functools.partial(context.run, self._enter, fn, *args)
+        if timeout is not None:
+            call = functools.partial(context.run, self._enter_queued_since, time.monotonic(), fn, *args)
+        else:
+            call = functools.partial(context.run, self._enter, fn, *args)
         queued = self._executor.submit(call)
         future = asyncio.wrap_future(queued)
         if start_timeout is not None:

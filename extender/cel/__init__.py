@@ -4,7 +4,8 @@ Public API (other modules are internal):
 
 - `compile_selector(text) -> CompiledSelector`, cached per text; raises `CelCompileError`
   (including upstream's "too complex, exceeds cost limit" when the estimated cost is too high);
-- `CompiledSelector.evaluate(device) -> bool`; raises `CelRuntimeError`;
+- `CompiledSelector.evaluate(device, should_stop=...) -> bool`; raises `CelRuntimeError`, or
+  `SelectorsInterrupted` (text from `interrupted(cause)`) once `should_stop` gives a cause;
 - `build_device_input(...) -> DeviceInput`, the CEL `device` variable, built once per device.
 
 Layout: `parsing` (cel-python's grammar, extended for the optional syntax; cel-go's error
@@ -17,6 +18,13 @@ docs/cel.md has the environment audit and the cost model.
 """
 
 from extender.cel.devices import DeviceInput, build_device_input
-from extender.cel.selectors import CompiledSelector, clear_compile_cache, compile_selector
+from extender.cel.selectors import CompiledSelector, clear_compile_cache, compile_selector, interrupted
 
-__all__ = ["CompiledSelector", "DeviceInput", "build_device_input", "clear_compile_cache", "compile_selector"]
+__all__ = [
+    "CompiledSelector",
+    "DeviceInput",
+    "build_device_input",
+    "clear_compile_cache",
+    "compile_selector",
+    "interrupted",
+]

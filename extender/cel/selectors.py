@@ -17,19 +17,26 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from extender.cel.compiling import COST_BUDGET, CompileIssues, Program, compile_tree
+from extender.cel.comprehensions import budget_cell
 from extender.cel.costs import MAX_COST, TOO_COMPLEX
 from extender.cel.devices import DeviceInput
 from extender.cel.parsing import Issue, SyntaxIssues, format_issues, parse
-from extender.cel.values import EVAL_ERRORS, as_cel_error, type_name
-from extender.errors import CelCompileError, CelRuntimeError
+from extender.cel.values import EVAL_ERRORS, Interrupted, as_cel_error, type_name
+from extender.errors import CelCompileError, CelRuntimeError, SelectorsInterrupted
 
 #: How many distinct selector texts stay compiled; read at each insertion, so it can be tuned live.
 COMPILE_CACHE_SIZE = 4096
 #: Upstream's `CELSelectorExpressionMaxLength`, in bytes of UTF-8 as Go's `len()` counts.
 MAX_EXPRESSION_LENGTH = 10240
+
+
+def interrupted(cause: str) -> str:
+    """The text of `SelectorsInterrupted`: upstream's abort, then what was cut short."""
+    return f"filter operation aborted: {cause} (while evaluating CEL selectors; a retry continues from there)"
 
 
 class CompiledSelector:
@@ -42,18 +49,27 @@ class CompiledSelector:
         self._program = program
         self._template: list[Any] = [None] * slots
 
-    def evaluate(self, device: DeviceInput) -> bool:
+    def evaluate(self, device: DeviceInput, *, should_stop: Callable[[], str | None] | None = None) -> bool:
         """Whether the device matches.
+
+        Args:
+            device: the device's CEL input.
+            should_stop: polled about every millisecond of comprehension steps (the caller's
+                deadline); a non-empty cause stops the evaluation.
 
         Raises:
             CelRuntimeError: any runtime error (missing key, no such overload, bad semver, a
                 non-bool result, exceeded budget); upstream aborts the allocation for these.
+            SelectorsInterrupted: `should_stop` gave a cause (`interrupted`'s text); nothing is
+                known about the device, so nothing may be cached for it.
         """
         env = self._template.copy()
         env[0] = device.root
-        env[1] = [COST_BUDGET]
+        env[1] = budget_cell(COST_BUDGET, should_stop)
         try:
             result = self._program(env)
+        except Interrupted as exc:
+            raise SelectorsInterrupted(interrupted(exc.cause)) from None
         except EVAL_ERRORS as exc:
             raise CelRuntimeError(str(as_cel_error(exc))) from exc
         except RecursionError:

@@ -57,6 +57,15 @@ class CostExceeded(CelEvalError):
         super().__init__(COST_EXCEEDED)
 
 
+class Interrupted(Exception):
+    """The caller's `should_stop` asked the evaluation to stop (its deadline passed); `cause` says
+    why. Not a CEL error: nothing absorbs it, and it says nothing about the device."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
 #: The largest string, bytes or list a concatenation may build: a memory guard behind the cost budget
 #: (costs.py), for device data the compile-time estimate could not foresee.
 MAX_CONCATENATION: Final = 10_000_000

@@ -215,9 +215,14 @@ class Placement:
         if evaluation is None:
             evaluation = self.new_evaluation(pod)
             self.evaluations.put(key, evaluation)
-        missing = [n for n in node_names if n not in evaluation.verdicts]
+        # Each name once: a request may repeat a name any number of times.
+        missing = list(dict.fromkeys(n for n in node_names if n not in evaluation.verdicts))
         if missing and not evaluation.error:
             self.decide(evaluation, missing)
+            if evaluation.interrupted:  # the retry must evaluate again (and gets further)
+                self.evaluations.discard(key)
+            else:
+                self.evaluations.grown(key)
             self.view.freeze_new_caches()
         return evaluation
 

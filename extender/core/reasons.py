@@ -63,6 +63,11 @@ def short_of(specs: Sequence[ClaimSpec], short: int, *, in_use: bool) -> NodeVer
     return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {what} do not exist on the node")
 
 
+#: A node the cluster state does not know, in the words bind refuses it with (`core.binding`): it
+#: has no devices to search, so it is decided at once, one shared verdict for every such name.
+UNKNOWN_NODE = NodeVerdict(UNRESOLVABLE, "node does not exist in the cluster state")
+
+
 def node_scoped(reason: str) -> NodeVerdict:
     """Upstream's search refused the node itself (e.g. an invalid pool)."""
     return NodeVerdict(UNRESOLVABLE, f"{CANNOT_ALLOCATE}: {reason}")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
+from extender import worker
 from extender.allocator.allocating import SearchStats, allocate, validate_claims
 from extender.allocator.inputs import AllocatedState, DeviceClassSpec
 from extender.allocator.model import PoolID, Slice
@@ -26,13 +27,14 @@ from extender.objects import Obj
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """How long one search may run: `seconds` from now on `clock`."""
+    """How long one search may run: `seconds` from now on `clock`, less what the call already
+    spent waiting for the worker (`worker.waited()`: its caller's deadline is the deadline)."""
 
     seconds: float
     clock: Callable[[], float]
 
     def deadline(self) -> float:
-        return self.clock() + self.seconds
+        return self.clock() + max(self.seconds - worker.waited(), 0.0)
 
     def stopper(self, deadline: float) -> Callable[[], str | None]:
         """The allocator's `should_stop`: upstream's context error once the deadline passed."""

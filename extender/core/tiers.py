@@ -31,7 +31,8 @@ from extender.core.ranking import Ranker
 from extender.core.reasons import PASSED, UNRESOLVABLE, NodeVerdict
 from extender.core.searching import Budget, Search, bare_node, check_classes_and_selectors
 from extender.core.view import ClusterView, Snapshot
-from extender.errors import AllocationAborted, AllocationError, NodeScopedError
+from extender.errors import AllocationAborted, AllocationError, NodeScopedError, SelectorsInterrupted
+from extender.index import selecting
 from extender.index.snapshot import DeviceIndex
 from kernels import counters as counter_kernels
 from kernels import topology as kernels
@@ -45,8 +46,8 @@ class Tier(Protocol):
     ) -> list[str]:
         """Write verdicts for the nodes this tier can decide; return the others, in order.
 
-        `names` are nodes of `view.index`, except for the last tier (`SearchTier`), which is
-        also handed the nodes the index does not know. `deadline` bounds upstream's search.
+        `names` are nodes of `view.index` (`decide` settles the names it does not know before
+        any tier runs). `deadline` bounds upstream's search.
         """
         ...
 
@@ -238,21 +239,32 @@ def decide(
     evaluation: PodEvaluation, names: list[str], *, view: ClusterView, tiers: Sequence[Tier], budget: Budget
 ) -> None:
     """Verdicts for the nodes: a pod-level problem decides them all; a node an allocated claim
-    of the pod cannot use is unresolvable; a pod with nothing pending passes; the rest go to
-    `run` (a search timeout becomes the evaluation's error, an input error its problem)."""
+    of the pod cannot use is unresolvable; a pod with nothing pending passes; a node the state
+    does not know cannot hold pending claims (`reasons.UNKNOWN_NODE`, in O(1): a request may
+    name any number of them); the rest go to `run` (a search timeout becomes the evaluation's
+    error, an input error its problem)."""
     if evaluation.problem:
+        problem = NodeVerdict(UNRESOLVABLE, evaluation.problem)
         for name in names:
-            evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
+            evaluation.verdicts[name] = problem
         return
     index = view.index()
+    known = index.nodes
+    allocated = evaluation.claims.allocated
     pending: list[str] = []
     for name in names:
-        node = index.nodes.get(name) or bare_node(name)
-        unusable = next((c for c in evaluation.claims.allocated if not allocation_fits_node(c, node)), None)
+        node = known.get(name)
+        unusable = (
+            next((c for c in allocated if not allocation_fits_node(c, node or bare_node(name))), None)
+            if allocated
+            else None
+        )
         if unusable is not None:
             evaluation.verdicts[name] = reasons.claim_unavailable(unusable.ref)
         elif not evaluation.specs:
             evaluation.verdicts[name] = NodeVerdict(PASSED)
+        elif node is None:
+            evaluation.verdicts[name] = reasons.UNKNOWN_NODE
         else:
             pending.append(name)
     if not pending:
@@ -262,6 +274,7 @@ def decide(
             run(evaluation, index, pending, view=view, tiers=tiers, budget=budget)
     except AllocationAborted as exc:
         evaluation.error = reasons.timed_out(exc)
+        evaluation.interrupted = isinstance(exc, SelectorsInterrupted)
     except AllocationError as exc:
         evaluation.problem = str(exc)
         for name in [*evaluation.verdicts, *pending]:
@@ -277,15 +290,13 @@ def run(
     tiers: Sequence[Tier],
     budget: Budget,
 ) -> None:
-    """Pod-level validation, then each tier in turn on what the one before left; nodes the index
-    does not know go straight to the last tier (upstream's search). Raises the allocator's
-    input errors (`AllocationError`) and `AllocationAborted` at the deadline."""
+    """Pod-level validation, then each tier in turn on what the one before left (`names` are
+    nodes of the index). Raises the allocator's input errors (`AllocationError`) and
+    `AllocationAborted` at the deadline."""
     check_classes_and_selectors(evaluation.specs, index)
     snapshot = view.snapshot()
     deadline = budget.deadline()
-    unknown = [n for n in names if n not in index.node_pos]
-    remaining = [n for n in names if n in index.node_pos]
-    *fast, last = tiers
-    for tier in fast:
-        remaining = tier.decide(evaluation, snapshot, remaining, deadline)
-    last.decide(evaluation, snapshot, unknown + remaining, deadline)
+    remaining = names
+    with selecting.stopping(budget.stopper(deadline)):  # a pod's first masks run CEL: same deadline
+        for tier in tiers:
+            remaining = tier.decide(evaluation, snapshot, remaining, deadline)

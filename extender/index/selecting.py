@@ -13,20 +13,50 @@ evicted expressions when its own cache next grows past twice the size, so each d
 most 2 x size results and dead devices need no bookkeeping. A stale result is never wrong (a
 device's result for a text cannot change while the device object lives), only kept a little longer.
 
+Deadline: inside `stopping(should_stop)` (the deciding tiers wrap a pod's evaluation in it),
+every evaluation that is not cached first asks `should_stop`, and the CEL program asks it again
+about every millisecond of comprehension steps; a cause raises `SelectorsInterrupted`. An evaluation
+within the cost limit can still take a fraction of a second in Python (issue 22: 0.2 s per device,
+19 s for one claim's mask), so without this one pod's first mask held the worker for any length of
+time. Results reached before the deadline stay on the devices: the scheduler's retry continues
+where the last attempt stopped. An interrupted evaluation leaves nothing on its device.
+
 Concurrency: results are written by whichever thread evaluates; a race can only make two
 threads compute the same value, never a wrong one (dict assignment is atomic in CPython). The
-LRU itself is guarded by a lock.
+LRU itself is guarded by a lock. The deadline is a context variable: it applies to the thread
+(and worker call) that set it only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 
 from extender import cel
 from extender.allocator.features import Features
 from extender.allocator.model import Device
-from extender.errors import CelRuntimeError
+from extender.errors import CelRuntimeError, SelectorsInterrupted
+
+StopCheck = Callable[[], "str | None"]
+
+#: The `should_stop` of the evaluation in progress on this thread (None: no deadline).
+_SHOULD_STOP: contextvars.ContextVar[StopCheck | None] = contextvars.ContextVar(
+    "selector_should_stop", default=None
+)
+
+
+@contextlib.contextmanager
+def stopping(should_stop: StopCheck) -> Iterator[None]:
+    """Evaluations inside stop once `should_stop` gives a cause (`SelectorsInterrupted`)."""
+    token = _SHOULD_STOP.set(should_stop)
+    try:
+        yield
+    finally:
+        _SHOULD_STOP.reset(token)
+
 
 #: Default number of expressions whose results are kept (`Settings.cel_result_cache_size`).
 RESULT_CACHE_SIZE = 128
@@ -91,12 +121,15 @@ class CachingEvaluator:
                 raise cached
             return bool(cached)
         compiled = cel.compile_selector(expression)
+        should_stop = _SHOULD_STOP.get()
+        if should_stop is not None and (cause := should_stop()):
+            raise SelectorsInterrupted(cel.interrupted(cause))
         self.evaluations += 1
         self._use(expression)
         if len(results) >= 2 * self.cache_size:
             self._drop_evicted(results)
         try:
-            result = compiled.evaluate(self.device_input(device))
+            result = compiled.evaluate(self.device_input(device), should_stop=should_stop)
         except CelRuntimeError as exc:
             results[expression] = exc
             raise

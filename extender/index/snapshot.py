@@ -44,6 +44,7 @@ from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import ClusterState
 from extender.index.selecting import CachingEvaluator
 from extender.index.topology import NODE_LEVEL, TopologyModel
+from extender.lru import SizedLRU
 from extender.objects import Obj
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,22 @@ class SelectorMask:
 
     match: np.ndarray
     error: np.ndarray
+
+
+MaskKey = tuple[str, tuple[str, ...]]
+#: Bytes of selector masks one index keeps (LRU): one per distinct (class, selectors) pair seen,
+#: each 2 bytes per row, so a stream of distinct selectors cannot grow the index without bound
+#: (issue 22 item 3). At 40,000 rows a mask is 80 KB: about 800 masks. An evicted mask is
+#: rebuilt from the results cached on the devices.
+MASK_CACHE_BYTES = 64 * 2**20
+#: Bytes of interned attribute columns (`attribute_codes`) one index keeps (LRU), 4 per row each.
+ATTRIBUTE_CODES_BYTES = 32 * 2**20
+_ENTRY_OVERHEAD = 512  # the record, two array headers, the key tuple, the cache entry
+
+
+def _mask_size(key: MaskKey, mask: SelectorMask) -> int:
+    """Bytes a cached mask keeps: its arrays, its key's texts and the bookkeeping."""
+    return mask.match.nbytes + mask.error.nbytes + len(key[0]) + sum(map(len, key[1])) + _ENTRY_OVERHEAD
 
 
 class RowsOf(Mapping[DeviceID, np.ndarray]):
@@ -239,7 +256,7 @@ class DeviceIndex:
             )
         self.node_has_invalid_pool = np.array(invalid, dtype=bool)
         self._build_rows()
-        self._masks: dict[tuple[str, tuple[str, ...]], SelectorMask] = {}
+        self._masks: SizedLRU[MaskKey, SelectorMask] = SizedLRU(max_entries=2**20, max_bytes=MASK_CACHE_BYTES)
         # The previous generation's masks, row ranges of re-used blocks, class selectors and blocks
         # (`carry_masks_from`); None for an index built from nothing.
         self._carry: (
@@ -251,7 +268,9 @@ class DeviceIndex:
             ]
             | None
         ) = None
-        self._attribute_codes: dict[str, np.ndarray] = {}
+        self._attribute_codes: SizedLRU[str, np.ndarray] = SizedLRU(
+            max_entries=2**20, max_bytes=ATTRIBUTE_CODES_BYTES
+        )
         # id(raw ResourceSlice) -> parsed Slice; lets the next build skip unchanged slices.
         self.parsed_by_raw: dict[int, Slice] = {}
 
@@ -305,7 +324,7 @@ class DeviceIndex:
             ranges[id(block)] = (int(previous.node_start[position]), int(previous.node_start[position + 1]))
         keep = {id(block) for block in self.blocks.values()}
         self._carry = (
-            dict(previous._masks),
+            dict(previous._masks.items()),
             {block_id: span for block_id, span in ranges.items() if block_id in keep},
             {name: tuple(s.expression or "" for s in c.selectors) for name, c in previous.classes.items()},
             previous.blocks,  # keeps the block objects alive, so their ids above stay theirs
@@ -341,7 +360,7 @@ class DeviceIndex:
                     verdicts[id(device)] = verdict
                 match[row], error[row] = verdict
         result = SelectorMask(match=match, error=error)
-        self._masks[key] = result
+        self._masks.put(key, result, _mask_size(key, result))
         return result
 
     def _carried_mask(
@@ -398,7 +417,7 @@ class DeviceIndex:
                                 break
                 by_device[id(device)] = code
             codes[row] = code
-        self._attribute_codes[name] = codes
+        self._attribute_codes.put(name, codes, codes.nbytes + len(name) + _ENTRY_OVERHEAD)
         return codes
 
     def _evaluate(

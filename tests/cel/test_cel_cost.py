@@ -14,6 +14,7 @@ import pytest
 
 from extender.cel import build_device_input, compile_selector, costs
 from extender.cel.compiling import compile_tree
+from extender.cel.comprehensions import budget_cell
 from extender.cel.parsing import parse
 from extender.errors import CelCompileError, CelRuntimeError
 
@@ -37,7 +38,7 @@ def spent(expression: str, device: Any) -> int:
     """The budget one evaluation actually charges (the runtime side of the model)."""
     program, slots, _ = compile_tree(expression, parse(expression))
     env: list[Any] = [None] * slots
-    env[0], env[1] = device.root, [costs.MAX_COST]
+    env[0], env[1] = device.root, budget_cell(costs.MAX_COST, None)
     program(env)
     return costs.MAX_COST - env[1][0]
 

@@ -176,15 +176,17 @@ async def test_the_worker_thread_runs_the_kernels_with_the_configured_thread_cou
     placement.worker.close()
 
 
-async def test_health_answers_while_a_filter_with_100000_node_names_runs(aiohttp_client):
-    """Finding 2's second case, with the real placement: 100,000 NodeNames (unknown nodes, each
-    searched until the deadline) blocked /healthz for 3.5 s; now the probes answer meanwhile."""
-    settings = Settings(filter_timeout_seconds=1.0)
+async def test_a_filter_with_100000_unknown_node_names_is_answered_within_its_deadline(aiohttp_client):
+    """Finding 2's second case, with the real placement: 100,000 NodeNames the state does not know
+    were each searched until the deadline (issue 12: /healthz waited behind it; issue 22 item 2: an
+    unrelated filter then waited 9.2 s). Now they are decided at once, as bind words them, and the
+    probes answer meanwhile."""
+    settings = Settings(filter_timeout_seconds=5.0)
     placement, binder = build_services(settings, ClusterState.from_objects(copy.deepcopy(sample_objects())))
     client = await aiohttp_client(make_app(settings, placement=placement, binder=binder))
     names = [f"node-{i:06d}" for i in range(100_000)]
     call = asyncio.ensure_future(
-        client.post("/filter", data=orjson.dumps({"Pod": SAMPLE_POD, "NodeNames": names}))
+        client.post("/filter", data=orjson.dumps({"Pod": SAMPLE_POD, "NodeNames": [*names, "h100-node-01"]}))
     )
     probes: list[float] = []
     while not call.done():
@@ -193,6 +195,9 @@ async def test_health_answers_while_a_filter_with_100000_node_names_runs(aiohttp
         probes.append(seconds)
         await asyncio.sleep(0.02)
     answer = await (await call).json()
-    assert "did not finish within 1 s" in answer["Error"] or "timed out" in answer["Error"]
-    assert len(probes) >= 3, f"only {len(probes)} probes answered while the filter ran"
-    assert max(probes) < 0.5, f"a probe waited {max(probes):.3f} s behind the filter"
+    assert answer["Error"] == ""
+    assert answer["NodeNames"] == ["h100-node-01"]
+    unresolvable = answer["FailedAndUnresolvableNodes"]
+    assert len(unresolvable) == len(names)
+    assert set(unresolvable.values()) == {"node does not exist in the cluster state"}
+    assert not probes or max(probes) < 0.5, f"a probe waited {max(probes):.3f} s behind the filter"
