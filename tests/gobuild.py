@@ -71,7 +71,9 @@ TARGETS: dict[str, Target] = {
         Target("kubernetes-1.36", TESTS / "e2e/gomod/k8s-1.36", "v1.36.3", _K8S_COMMANDS),
         Target("kubernetes-1.37", TESTS / "e2e/gomod/k8s-1.37", "v1.37.2", _K8S_COMMANDS, in_ci=False),
         Target("etcd", TESTS / "e2e/gomod/etcd", "v3.6", (".",)),
-        Target("jaeger", TESTS / "e2e/gomod/jaeger", "v1.76.0", ("github.com/jaegertracing/jaeger/cmd/jaeger",)),
+        Target(
+            "jaeger", TESTS / "e2e/gomod/jaeger", "v1.76.0", ("github.com/jaegertracing/jaeger/cmd/jaeger",)
+        ),
         Target("oracle-1.36", TESTS / "oracle", "v0.36.3", (".",), modfile="go.mod"),
         Target("oracle-1.37", TESTS / "oracle", "v0.37.2", (".",), modfile="go137.mod"),
     )
@@ -115,11 +117,22 @@ def build(target: Target, *, log: bool = True) -> dict[str, Path]:
     # `-o DIR/` with one package writes DIR/<last element>; "." would be the module's name.
     for package in target.packages:
         name = target.binary_name(package)
-        command = ["go", "build", "-trimpath", "-buildvcs=false", f"-modfile={target.modfile}", "-o", str(partial / name), package]
+        command = [
+            "go",
+            "build",
+            "-trimpath",
+            "-buildvcs=false",
+            f"-modfile={target.modfile}",
+            "-o",
+            str(partial / name),
+            package,
+        ]
         if log:
             print(f"== {target.name}: {' '.join(command)}", file=sys.stderr, flush=True)
         started = time.monotonic()
-        subprocess.run(command, cwd=target.directory, check=True, env={**os.environ, "GOFLAGS": "-mod=readonly"})
+        subprocess.run(
+            command, cwd=target.directory, check=True, env={**os.environ, "GOFLAGS": "-mod=readonly"}
+        )
         if log:
             print(f"   built {name} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     shutil.rmtree(out, ignore_errors=True)
@@ -138,7 +151,10 @@ def kubernetes_module(version: str) -> str:
     is replaced by that version (what out-of-tree schedulers do). The `tool` lines keep the
     commands' dependencies in go.sum."""
     info = subprocess.run(
-        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"], check=True, capture_output=True, text=True
+        ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     upstream = Path(json.loads(info.stdout)["GoMod"]).read_text()
     staging = sorted(set(_STAGING_REPLACE.findall(upstream)))
@@ -171,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.gobuild", description=__doc__.split("\n")[0])
     parser.add_argument("targets", nargs="*", help="targets to build (default: every target CI builds)")
     parser.add_argument("--list", action="store_true", help="list the targets and their cache folders")
-    parser.add_argument("--pin-kubernetes", nargs=2, metavar=("VERSION", "DIR"), help="write DIR/go.mod for k8s.io/kubernetes VERSION")
+    parser.add_argument(
+        "--pin-kubernetes",
+        nargs=2,
+        metavar=("VERSION", "DIR"),
+        help="write DIR/go.mod for k8s.io/kubernetes VERSION",
+    )
     args = parser.parse_args(argv)
     if args.pin_kubernetes:
         version, directory = args.pin_kubernetes
@@ -182,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for target in TARGETS.values():
             state = "built" if built(target) else "not built"
-            print(f"{target.name:16} {target.version:8} {'ci' if target.in_ci else '--'} {state:9} {output_dir(target)}")
+            ci = "ci" if target.in_ci else "--"
+            print(f"{target.name:16} {target.version:8} {ci} {state:9} {output_dir(target)}")
         return 0
     unknown = [n for n in args.targets if n not in TARGETS]
     if unknown:

@@ -298,7 +298,9 @@ def test_the_extender_sees_held_mig_partitions_through_the_counters() -> None:
             continue
         parent = device["attributes"]["uuid"]["string"]
         held = held_by_parent.get(parent, [])
-        used = {c for d in held for c in d["consumesCounters"][0]["counters"] if c.startswith("memory-slice-")}
+        used = {
+            c for d in held for c in d["consumesCounters"][0]["counters"] if c.startswith("memory-slice-")
+        }
         memory = sum(_gi(d["capacity"]["memory"]["value"]) for d in held)
         sms = sum(int(d["consumesCounters"][0]["counters"]["multiprocessors"]["value"]) for d in held)
         room_1g = memory + _gi("10Gi") <= _gi("80Gi") and sms + 14 <= 108
