@@ -66,7 +66,7 @@ class Served:
 
     def post(self, path: str, body: bytes) -> tuple[int, Any]:
         async def call() -> tuple[int, Any]:
-            resp = await self.client.post(path, data=body)
+            resp = await self.client.post(path, data=body, headers={"Content-Type": "application/json"})
             return resp.status, orjson.loads(await resp.read())
 
         return self.loop.run_until_complete(call())
