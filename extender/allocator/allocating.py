@@ -31,7 +31,7 @@ from typing import Any
 
 from extender import cel
 from extender.allocator import capacity
-from extender.allocator.constraints import Constraint
+from extender.allocator.constraints import UNTYPED, Constraint
 from extender.allocator.counters import PoolCounters
 from extender.allocator.distinct import Demand, can_fill, viable_values
 from extender.allocator.features import Features
@@ -584,7 +584,8 @@ class _Search:
                 return None  # a capacity named twice is an error upstream meets per device
         for candidate in self.candidates:
             for constraint in constraints:
-                constraint.elements_of(candidate.device)  # raises on a malformed value
+                if constraint.elements_of(candidate.device) == UNTYPED:
+                    return None  # upstream may take it as a first device: no count to prune by
         for index in distinct:
             constraint = constraints[index]
             for key in keys:
