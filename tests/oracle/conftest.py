@@ -7,6 +7,8 @@ the cache), so a fresh clone runs these tests with nothing prepared beforehand.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -25,3 +27,24 @@ def oracle_137() -> Iterator[Oracle]:
     """Upstream's allocator of Kubernetes 1.37 (v0.37.x)."""
     with Oracle(binary("1.37")) as running:
         yield running
+
+
+@dataclass
+class Stats:
+    """What the differential test judged, for the summary line (written by the test only)."""
+
+    cases: int = 0
+    seconds: float = 0.0
+    by_status: dict[str, int] = field(default_factory=dict)
+    known: dict[str, int] = field(default_factory=dict)
+
+
+STATS = Stats()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if STATS.cases:
+        terminalreporter.write_line(
+            f"oracle differential: {STATS.cases} cases judged in {STATS.seconds:.1f} s (wall) "
+            f"(upstream: {STATS.by_status}; documented differences: {STATS.known or 'none'})"
+        )

@@ -15,13 +15,44 @@ from typing import Any
 
 Path = tuple[str | int, ...]
 KEEP = frozenset({"name", "expected", "features", "applyDefaults", "node", "implementation"})
+# Fields without which an object is one the API server would refuse: shrinking into invalid input
+# finds a different disagreement (or none worth keeping), so these are never deleted. An element
+# of a list, or a whole entry of a map (an attribute, a counter), may still go.
+REQUIRED = frozenset(
+    {
+        "metadata",
+        "name",
+        "spec",
+        "driver",
+        "pool",
+        "generation",
+        "resourceSliceCount",
+        "nodeName",
+        "value",
+        "string",
+        "int",
+        "bool",
+        "version",
+        "strings",
+        "ints",
+        "bools",
+        "versions",
+        "deviceClassName",
+        "counterSet",
+        "expression",
+        "key",
+        "effect",
+        "devices",
+        "requests",
+    }
+)
 
 
 def _paths(value: Any, prefix: Path = ()) -> Iterator[Path]:
     """Every deletable place, outermost first (deleting a whole slice beats deleting its fields)."""
     children: list[tuple[str | int, Any]] = []
     if isinstance(value, dict):
-        children = [(k, v) for k, v in value.items() if not (prefix == () and k in KEEP)]
+        children = [(k, v) for k, v in value.items() if k not in (KEEP if prefix == () else REQUIRED)]
     elif isinstance(value, list):
         children = list(enumerate(value))
     for key, _ in children:

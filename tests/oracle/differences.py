@@ -1,0 +1,106 @@
+"""Tell a documented upstream defect (docs/upstream-differences.md) from a bug of ours.
+
+Only the oracle's own answers decide, never the shape of the generated case:
+- (b) counters keyed by pool name: rename every pool so that no two drivers share a pool name
+  (a name means nothing else to the allocator) and ask both sides again. If they agree on the
+  renamed case, the difference came from two drivers' pools sharing upstream's bookkeeping.
+- (c) `distinctAttribute` remembering one value per request: upstream's allocation itself holds
+  two devices with the same value (or, for list attributes, overlapping values) under one
+  distinct constraint.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+def renamed_pools(case: Obj) -> Obj:
+    """The case with pool `p` of driver `d` renamed to `<first label of d>-<p>` everywhere."""
+    out = copy.deepcopy(case)
+
+    def rename(driver: str, pool: str) -> str:
+        return f"{driver.split('.')[0]}-{pool}"
+
+    for slice_ in out.get("resourceSlices") or ():
+        spec = slice_["spec"]
+        spec["pool"]["name"] = rename(spec["driver"], spec["pool"]["name"])
+    out["allocatedDevices"] = [
+        "/".join((d, rename(d, p), n))
+        for d, p, n in (i.split("/", 2) for i in out.get("allocatedDevices") or ())
+    ]
+    for key in ("allocatedSharedDeviceIDs", "aggregatedCapacity"):
+        for item in out.get(key) or ():
+            item["pool"] = rename(item["driver"], item["pool"])
+    return out
+
+
+def _attribute_values(slices: list[Obj], result: Obj, name: str) -> frozenset[Any] | None:
+    """The device's value(s) of the fully qualified attribute `name`, None when it has none."""
+    domain, _, short = name.rpartition("/")
+    for slice_ in slices:
+        spec = slice_["spec"]
+        if spec["driver"] != result["driver"] or spec["pool"]["name"] != result["pool"]:
+            continue
+        for device in spec.get("devices") or ():
+            if device["name"] != result["device"]:
+                continue
+            attributes = device.get("attributes") or {}
+            value = attributes.get(name)
+            if value is None and domain == result["driver"]:
+                value = attributes.get(short)
+            if value is None:
+                return None
+            (kind, raw), *_ = value.items()
+            return (
+                frozenset((kind.rstrip("s"), v) for v in raw)
+                if isinstance(raw, list)
+                else frozenset({(kind, raw)})
+            )
+    return None
+
+
+def _covered(result: Obj, requests: list[str] | None) -> bool:
+    if not requests:
+        return True
+    name: str = result["request"]
+    return name in requests or name.split("/", 1)[0] in requests
+
+
+def distinct_broken(case: Obj, allocations: list[Obj]) -> bool:
+    """Does an allocation hold two devices whose distinct attribute is the same (or overlaps)?"""
+    slices = case.get("resourceSlices") or []
+    for claim, allocation in zip(case.get("claims") or (), allocations, strict=False):
+        results = (allocation.get("devices") or {}).get("results") or []
+        for constraint in claim["spec"]["devices"].get("constraints") or ():
+            name = constraint.get("distinctAttribute")
+            if not name:
+                continue
+            values = [
+                _attribute_values(slices, r, name) for r in results if _covered(r, constraint.get("requests"))
+            ]
+            for a, b in itertools.combinations(values, 2):
+                if a is not None and b is not None and a & b:
+                    return True
+    return False
+
+
+def known_difference(
+    case: Obj,
+    upstream: Obj,
+    *,
+    ours_of: Callable[[Obj], Obj],
+    upstream_of: Callable[[Obj], Obj],
+    difference: Callable[[Obj, Obj], str],
+) -> str:
+    """Which documented difference explains a disagreement: "b", "c", or "" (a bug)."""
+    if upstream["status"] == "allocated" and distinct_broken(case, upstream["allocations"]):
+        return "c"
+    renamed = renamed_pools(case)
+    if renamed != case and difference(ours_of(renamed), upstream_of(renamed)) == "":
+        return "b"
+    return ""
