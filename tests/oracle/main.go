@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -73,6 +74,9 @@ type nodeAnswer struct {
 	NodeScopedError bool                           `json:"nodeScopedError"`
 	Allocations     []resourceapi.AllocationResult `json:"allocations,omitempty"`
 	Seconds         float64                        `json:"seconds"`
+	// Steps counts upstream's allocateOne calls for this node (0 where the implementation keeps
+	// no statistics), to compare the size of our search with upstream's.
+	Steps int64 `json:"steps"`
 }
 
 type answer struct {
@@ -220,10 +224,11 @@ func run(ctx context.Context, version string, line []byte) (out answer) {
 	}
 	for _, node := range nodes {
 		nodeCtx, cancel := context.WithTimeout(ctx, timeout)
+		before := steps(allocator)
 		started := time.Now()
 		results, err := allocator.Allocate(nodeCtx, node, s.Claims)
 		cancel()
-		a := nodeAnswer{Node: node.Name, Seconds: time.Since(started).Seconds()}
+		a := nodeAnswer{Node: node.Name, Seconds: time.Since(started).Seconds(), Steps: steps(allocator) - before}
 		switch {
 		case err != nil:
 			a.Status = "error"
@@ -238,6 +243,20 @@ func run(ctx context.Context, version string, line []byte) (out answer) {
 		out.Nodes = append(out.Nodes, a)
 	}
 	return out
+}
+
+// steps reads the allocator's GetStats().NumAllocateOneInvocations, which the incubating and
+// experimental implementations keep (their Stats type is internal, hence reflection).
+func steps(a structured.Allocator) int64 {
+	method := reflect.ValueOf(a).MethodByName("GetStats")
+	if !method.IsValid() {
+		return 0
+	}
+	field := method.Call(nil)[0].FieldByName("NumAllocateOneInvocations")
+	if !field.IsValid() {
+		return 0
+	}
+	return field.Int()
 }
 
 // moduleVersion is the version of k8s.io/dynamic-resource-allocation this binary was built with.
