@@ -6,13 +6,17 @@ Only the oracle's own answers decide, never the shape of the generated case:
   renamed case, the difference came from two drivers' pools sharing upstream's bookkeeping.
 - (c) `distinctAttribute` remembering one value per request: upstream's allocation itself holds
   two devices with the same value (or, for list attributes, overlapping values) under one
-  distinct constraint.
+  distinct constraint; or, for an `All` request (where a broken constraint is an error), both
+  sides report "cannot add device ... because a claim constraint would not be satisfied" for the
+  same request of a claim whose only constraints are `distinctAttribute`, upstream naming a
+  later device than ours: upstream took a device whose value repeats an earlier one.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -89,6 +93,29 @@ def distinct_broken(case: Obj, allocations: list[Obj]) -> bool:
     return False
 
 
+_CONSTRAINT_ERROR = re.compile(
+    r"^claim (?P<claim>\S+), request (?P<request>\S+): cannot add device (?P<device>\S+) "
+    r"because a claim constraint would not be satisfied$"
+)
+
+
+def distinct_error_later(case: Obj, mine: Obj, upstream: Obj) -> bool:
+    """Both refuse an `All` request over a distinct-only claim, upstream at a later device."""
+    if mine["status"] != "error" or upstream["status"] != "error":
+        return False
+    ours, theirs = _CONSTRAINT_ERROR.match(mine["error"]), _CONSTRAINT_ERROR.match(upstream["error"])
+    if not ours or not theirs or ours["device"] == theirs["device"]:
+        return False
+    if (ours["claim"], ours["request"]) != (theirs["claim"], theirs["request"]):
+        return False
+    for claim in case.get("claims") or ():
+        meta = claim["metadata"]
+        if theirs["claim"] in (meta["name"], f"{meta.get('namespace')}/{meta['name']}"):
+            constraints = claim["spec"]["devices"].get("constraints") or []
+            return bool(constraints) and all("distinctAttribute" in c for c in constraints)
+    return False
+
+
 def known_difference(
     case: Obj,
     upstream: Obj,
@@ -99,6 +126,8 @@ def known_difference(
 ) -> str:
     """Which documented difference explains a disagreement: "b", "c", or "" (a bug)."""
     if upstream["status"] == "allocated" and distinct_broken(case, upstream["allocations"]):
+        return "c"
+    if distinct_error_later(case, ours_of(case), upstream):
         return "c"
     renamed = renamed_pools(case)
     if renamed != case and difference(ours_of(renamed), upstream_of(renamed)) == "":

@@ -32,7 +32,7 @@ def upstream(answer: dict[str, Any], node: int = 0) -> dict[str, Any]:
         out["error"] = result["error"]
         out["nodeScopedError"] = result["nodeScopedError"]
     elif result["status"] == "allocated":
-        out["allocations"] = result["allocations"]
+        out["allocations"] = result.get("allocations") or []  # omitted when there are no claims
     return out
 
 
