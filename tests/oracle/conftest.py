@@ -37,6 +37,7 @@ class Stats:
     seconds: float = 0.0
     by_status: dict[str, int] = field(default_factory=dict)
     known: dict[str, int] = field(default_factory=dict)
+    picked_differs: dict[str, int] = field(default_factory=dict)
 
 
 STATS = Stats()
@@ -46,5 +47,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if STATS.cases:
         terminalreporter.write_line(
             f"oracle differential: {STATS.cases} cases judged in {STATS.seconds:.1f} s (wall) "
-            f"(upstream: {STATS.by_status}; documented differences: {STATS.known or 'none'})"
+            f"(upstream: {STATS.by_status}; documented differences: {STATS.known or 'none'}; "
+            f"the scheduler's implementation answered otherwise: {STATS.picked_differs or 'never'})"
         )

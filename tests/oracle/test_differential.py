@@ -6,14 +6,17 @@ the same status (allocated / unschedulable / error), the same error text and nod
 the same devices, configs and node selectors (upstream's search order is deterministic, and
 ours follows it). Where they differ, `differences.known_difference` asks the oracle whether a
 documented upstream defect explains it (docs/upstream-differences.md (b), (c)); anything else
-fails the test.
+fails the test. Then `/filter` (`Placement.filter`, with its vectorised and kernel tiers in
+front of the search) must pass the node exactly when that answer is an allocation.
 
 A failing case is shrunk (hypothesis shrinks the draws) and the smallest one is written to
 `tests/data/oracle-regressions/differential-<version>-<hash>.json`, which
 `test_oracle_regressions.py` then replays; commit it with the fix.
 
 CI runs DIFFERENTIAL_EXAMPLES cases (default 3000), derandomised so a run is reproducible; the
-summary line at the end of the session gives the count, the known differences and the time.
+summary line at the end of the session gives the count, the known differences, the time, and
+how often the implementation the scheduler would pick (stable or incubating where the features
+allow) answered otherwise than experimental, which we follow (docs/upstream-differences.md).
 Other seeds, more cases:
 
     DIFFERENTIAL_EXAMPLES=20000 DIFFERENTIAL_SEED=7 python -m pytest tests/oracle/test_differential.py
@@ -30,10 +33,15 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 
+from extender.allocator.features import Features
+from extender.core.assumed import AssumeCache
+from extender.core.placement import Placement
+from extender.pods import parse_pod
+from tests.conformance.test_filter_matches_upstream import _state_and_pod
 from tests.oracle import differences, judging
 from tests.oracle.client import Oracle
 from tests.oracle.conftest import STATS
-from tests.oracle.scenarios import scenarios
+from tests.oracle.scenarios import NODE, scenarios
 
 EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "3000"))
 SEED = os.environ.get("DIFFERENTIAL_SEED", "")
@@ -80,6 +88,11 @@ def _check(case: dict[str, Any], oracle: Oracle) -> None:
     case = {**case, "name": "differential", "implementation": "experimental"}
     answer = oracle.judge(case)
     theirs = judging.upstream(answer)
+    # What the scheduler would run: the most stable implementation that supports the features.
+    picked = oracle.judge({**case, "implementation": ""})
+    if judging.difference(judging.upstream(picked), theirs):
+        key = str(picked.get("implementation"))
+        STATS.picked_differs[key] = STATS.picked_differs.get(key, 0) + 1
     mine = judging.ours(case)
     why = judging.difference(mine, theirs)
     STATS.cases += 1
@@ -97,6 +110,20 @@ def _check(case: dict[str, Any], oracle: Oracle) -> None:
         else:
             _LAST_FAILURE[:] = [(case, answer, why)]
             raise AssertionError(f"ours and upstream differ: {why}")
+    passed = _filter_passes(case)
+    if passed != (mine["status"] == "allocated"):
+        why = f"/filter {'passed' if passed else 'failed'} the node, the allocator answered {mine['status']}"
+        _LAST_FAILURE[:] = [(case, answer, why)]
+        raise AssertionError(why)
+
+
+def _filter_passes(case: dict[str, Any]) -> bool:
+    """Does /filter pass the scenario's node (its claims as one pod's)?"""
+    state, pod = _state_and_pod(case)
+    placement = Placement(state, features=Features.from_conformance(case["features"]), assumed=AssumeCache())
+    verdict = placement.filter(parse_pod(pod), [NODE])
+    assert verdict.error == "", verdict
+    return verdict.passed == [NODE]
 
 
 def _maybe_seeded(test: Any) -> Any:
