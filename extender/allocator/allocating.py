@@ -188,6 +188,10 @@ class _Search:
         self.matches: dict[tuple[int, int, int, int], bool] = {}  # (id(device), claim, req, sub)
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}
+        # Shares of each multi-allocatable device this search holds, whatever they consume:
+        # upstream's "capacity in use" marker (an entry in allocatingCapacity, kept while any
+        # share holds it since v0.36.3) that lets later shares skip the counter check.
+        self.allocating_shares: dict[DeviceID, int] = {}
         self.counters: dict[int, PoolCounters] = {}  # by id(pool)
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.shared_devices = {device_id for device_id, _ in allocated.shared_ids} | set(
@@ -738,6 +742,7 @@ class _Search:
                 )
                 share_id = self.new_share_id()
                 self._add_capacity(device.id, consumed, +1)
+                self.allocating_shares[device.id] = self.allocating_shares.get(device.id, 0) + 1
         if not multi:
             self.allocating.setdefault(device.id, set()).add(c)
 
@@ -761,6 +766,7 @@ class _Search:
             if multi:
                 if consumed is not None:
                     self._add_capacity(device.id, consumed, -1)
+                    self.allocating_shares[device.id] -= 1
             else:
                 self.allocating[device.id].discard(c)
             if counters_taken:
@@ -770,9 +776,7 @@ class _Search:
 
     # ----------------------------------------------------------------- counters and capacity
     def _has_capacity_in_use(self, device: Device) -> bool:
-        return device.id in self.allocated.aggregated_capacity or bool(
-            self.allocating_capacity.get(device.id)
-        )
+        return device.id in self.allocated.aggregated_capacity or self.allocating_shares.get(device.id, 0) > 0
 
     def _add_capacity(self, device_id: DeviceID, consumed: dict[str, Quantity], sign: int) -> None:
         current = self.allocating_capacity.setdefault(device_id, {})
