@@ -38,6 +38,7 @@ class Stats:
     by_status: dict[str, int] = field(default_factory=dict)
     known: dict[str, int] = field(default_factory=dict)
     picked_differs: dict[str, int] = field(default_factory=dict)
+    picked_examples: list[str] = field(default_factory=list)
 
 
 STATS = Stats()
@@ -50,3 +51,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"(upstream: {STATS.by_status}; documented differences: {STATS.known or 'none'}; "
             f"the scheduler's implementation answered otherwise: {STATS.picked_differs or 'never'})"
         )
+        for example in STATS.picked_examples:
+            terminalreporter.write_line(f"  {example}")

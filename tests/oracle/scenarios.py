@@ -121,14 +121,22 @@ def _device(draw: Any, name: str, counter_sets: dict[str, int], *, per_device_no
         if draw(st.booleans()):
             device["bindsToNode"] = True
     if per_device_node:
-        where = draw(st.integers(0, 2))
+        where = draw(st.integers(0, 3))
         if where == 0:
             device["nodeName"] = NODE
         elif where == 1:
             device["nodeName"] = OTHER_NODE
-        else:
+        elif where == 2:
             device["allNodes"] = True
+        else:
+            device["nodeSelector"] = _zone_selector(draw(st.sampled_from(["a", "b"])))
     return device
+
+
+def _zone_selector(zone: str) -> Obj:
+    return {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": [zone]}]}]
+    }
 
 
 @st.composite
@@ -142,7 +150,9 @@ def _pool(draw: Any, driver: str, number: int, *, shared_names: bool, lists: boo
         if draw(st.booleans())
         else {}
     )
-    placement = draw(st.sampled_from(["node", "node", "node", "other-node", "all-nodes", "per-device"]))
+    placement = draw(
+        st.sampled_from(["node", "node", "node", "other-node", "all-nodes", "per-device", "selector"])
+    )
     per_device = placement == "per-device"
     names = [f"{prefix}-{number}-{i}" for i in range(draw(st.integers(1, 5)))]
     if draw(st.integers(0, 30)) == 30 and len(names) > 1:
@@ -162,15 +172,24 @@ def _pool(draw: Any, driver: str, number: int, *, shared_names: bool, lists: boo
         ]
     specs = [{"devices": g} for g in groups] + counters_slice
     count = len(specs) + (1 if draw(st.integers(0, 30)) == 30 else 0)  # now and then incomplete
+    # Now and then a stale slice of an older generation, which the allocator must ignore.
+    stale = draw(st.integers(0, 20)) == 20
+    zone = draw(st.sampled_from(["a", "a", "b"]))
     slices = []
     for index, extra in enumerate(specs):
-        spec: Obj = {"driver": driver, "pool": {"name": pool, "generation": 1, "resourceSliceCount": count}}
+        generation = 1 if stale and index == 0 else (2 if stale else 1)
+        spec: Obj = {
+            "driver": driver,
+            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+        }
         if placement == "node" or (placement == "per-device" and "sharedCounters" in extra):
             spec["nodeName"] = NODE
         elif placement == "other-node":
             spec["nodeName"] = OTHER_NODE
         elif placement == "all-nodes":
             spec["allNodes"] = True
+        elif placement == "selector":
+            spec["nodeSelector"] = _zone_selector(zone)
         else:
             spec["perDeviceNodeSelection"] = True
         spec.update(extra)
@@ -239,6 +258,11 @@ def _claim(draw: Any, number: int) -> Obj:
         constraints.append(constraint)
     if constraints:
         devices["constraints"] = constraints
+    if draw(st.integers(0, 5)) == 5:
+        config: Obj = {"opaque": {"driver": "gpu.example.com", "parameters": {"kind": "ClaimConfig"}}}
+        if draw(st.booleans()):
+            config["requests"] = [requests[0]["name"]]
+        devices["config"] = [config]
     return {"metadata": {"name": f"claim-{number}", "namespace": "default"}, "spec": {"devices": devices}}
 
 
@@ -282,7 +306,7 @@ def scenarios(draw: Any) -> Obj:
         "deviceClasses": classes,
         "resourceSlices": slices,
         "claims": [draw(_claim(n)) for n in range(draw(st.integers(1, 2)))],
-        "node": {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}},
+        "node": {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "zone": "a"}}},
     }
     if held:
         multi = {

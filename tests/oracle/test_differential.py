@@ -20,6 +20,10 @@ allow) answered otherwise than experimental, which we follow (docs/upstream-diff
 Other seeds, more cases:
 
     DIFFERENTIAL_EXAMPLES=20000 DIFFERENTIAL_SEED=7 python -m pytest tests/oracle/test_differential.py
+
+Judged by the 1.37 allocator instead (for the 1.37 work; ours answers as 1.36 today):
+
+    DIFFERENTIAL_VERSION=1.37 python -m pytest tests/oracle/test_differential.py
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
 from extender.allocator.features import Features
@@ -44,6 +49,9 @@ from tests.oracle.conftest import STATS
 from tests.oracle.scenarios import NODE, scenarios
 
 EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "3000"))
+# The Kubernetes version whose allocator judges. Our allocator answers as 1.36; "1.37" is for the
+# 1.37 work (issue 20 item 4) and fails where 1.37 changed the rules.
+VERSION = os.environ.get("DIFFERENTIAL_VERSION", "1.36")
 SEED = os.environ.get("DIFFERENTIAL_SEED", "")
 REGRESSIONS = Path(__file__).resolve().parents[1] / "data" / "oracle-regressions"
 
@@ -90,9 +98,13 @@ def _check(case: dict[str, Any], oracle: Oracle) -> None:
     theirs = judging.upstream(answer)
     # What the scheduler would run: the most stable implementation that supports the features.
     picked = oracle.judge({**case, "implementation": ""})
-    if judging.difference(judging.upstream(picked), theirs):
+    picked_why = judging.difference(judging.upstream(picked), theirs)
+    if picked_why:
         key = str(picked.get("implementation"))
         STATS.picked_differs[key] = STATS.picked_differs.get(key, 0) + 1
+        if len(STATS.picked_examples) < 3:
+            wording = picked_why.replace("ours", key).replace("upstream", "experimental")
+            STATS.picked_examples.append(wording[:300])
     mine = judging.ours(case)
     why = judging.difference(mine, theirs)
     STATS.cases += 1
@@ -130,8 +142,9 @@ def _maybe_seeded(test: Any) -> Any:
     return seed(int(SEED))(test) if SEED else test
 
 
-def test_allocator_agrees_with_upstream(oracle: Oracle) -> None:
+def test_allocator_agrees_with_upstream(request: pytest.FixtureRequest) -> None:
     """Our allocator answers every generated scenario as upstream's allocator does."""
+    oracle: Oracle = request.getfixturevalue({"1.36": "oracle", "1.37": "oracle_137"}[VERSION])
 
     @_maybe_seeded
     @_settings
