@@ -35,6 +35,7 @@ class Stats:
 
     cases: int = 0
     seconds: float = 0.0
+    slowest: float = 0.0  # our allocator's longest answer, seconds
     by_status: dict[str, int] = field(default_factory=dict)
     known: dict[str, int] = field(default_factory=dict)
     picked_differs: dict[str, int] = field(default_factory=dict)
@@ -47,7 +48,8 @@ STATS = Stats()
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if STATS.cases:
         terminalreporter.write_line(
-            f"oracle differential: {STATS.cases} cases judged in {STATS.seconds:.1f} s (wall) "
+            f"oracle differential: {STATS.cases} cases judged in {STATS.seconds:.1f} s (wall, "
+            f"slowest allocation {STATS.slowest:.2f} s) "
             f"(upstream: {STATS.by_status}; documented differences: {STATS.known or 'none'}; "
             f"the scheduler's implementation answered otherwise: {STATS.picked_differs or 'never'})"
         )

@@ -53,6 +53,7 @@ EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "3000"))
 # 1.37 work (issue 20 item 4) and fails where 1.37 changed the rules.
 VERSION = os.environ.get("DIFFERENTIAL_VERSION", "1.36")
 SEED = os.environ.get("DIFFERENTIAL_SEED", "")
+FILTER_SECONDS = 120.0
 REGRESSIONS = Path(__file__).resolve().parents[1] / "data" / "oracle-regressions"
 
 
@@ -105,7 +106,9 @@ def _check(case: dict[str, Any], oracle: Oracle) -> None:
         if len(STATS.picked_examples) < 3:
             wording = picked_why.replace("ours", key).replace("upstream", "experimental")
             STATS.picked_examples.append(wording[:300])
+    started = time.monotonic()
     mine = judging.ours(case)
+    STATS.slowest = max(STATS.slowest, time.monotonic() - started)
     why = judging.difference(mine, theirs)
     STATS.cases += 1
     STATS.by_status[theirs["status"]] = STATS.by_status.get(theirs["status"], 0) + 1
@@ -122,20 +125,21 @@ def _check(case: dict[str, Any], oracle: Oracle) -> None:
         else:
             _LAST_FAILURE[:] = [(case, answer, why)]
             raise AssertionError(f"ours and upstream differ: {why}")
-    passed = _filter_passes(case)
-    if passed != (mine["status"] == "allocated"):
-        why = f"/filter {'passed' if passed else 'failed'} the node, the allocator answered {mine['status']}"
+    state, pod = _state_and_pod(case)
+    # Feasibility is judged here, not speed: a deadline far above the 10 s the extender serves
+    # with keeps a loaded CI machine from failing the run (the summary shows the slowest case).
+    placement = Placement(
+        state,
+        features=Features.from_conformance(case["features"]),
+        assumed=AssumeCache(),
+        filter_timeout_seconds=FILTER_SECONDS,
+    )
+    verdict = placement.filter(parse_pod(pod), [NODE])
+    passed = verdict.passed == [NODE]
+    if verdict.error or passed != (mine["status"] == "allocated"):
+        why = f"/filter: {verdict}, the allocator answered {mine['status']}"
         _LAST_FAILURE[:] = [(case, answer, why)]
         raise AssertionError(why)
-
-
-def _filter_passes(case: dict[str, Any]) -> bool:
-    """Does /filter pass the scenario's node (its claims as one pod's)?"""
-    state, pod = _state_and_pod(case)
-    placement = Placement(state, features=Features.from_conformance(case["features"]), assumed=AssumeCache())
-    verdict = placement.filter(parse_pod(pod), [NODE])
-    assert verdict.error == "", verdict
-    return verdict.passed == [NODE]
 
 
 def _maybe_seeded(test: Any) -> Any:
