@@ -49,15 +49,24 @@ REQUIRED = frozenset(
 
 
 def _paths(value: Any, prefix: Path = ()) -> Iterator[Path]:
-    """Every deletable place, outermost first (deleting a whole slice beats deleting its fields)."""
+    """Every deletable place, outermost first (deleting a whole slice beats deleting its fields).
+
+    Required fields are not deletable themselves, but what they hold is searched too.
+    """
     children: list[tuple[str | int, Any]] = []
+    deletable: list[str | int] = []
     if isinstance(value, dict):
-        children = [(k, v) for k, v in value.items() if k not in (KEEP if prefix == () else REQUIRED)]
+        children = list(value.items())
+        protected = KEEP if prefix == () else REQUIRED
+        deletable = [k for k in value if k not in protected]
     elif isinstance(value, list):
         children = list(enumerate(value))
-    for key, _ in children:
+        deletable = [i for i, _ in children]
+    for key in deletable:
         yield (*prefix, key)
     for key, child in children:
+        if prefix == () and key in ("expected", "features", "node"):
+            continue
         yield from _paths(child, (*prefix, key))
 
 
@@ -91,3 +100,41 @@ def shrink(
             else:
                 index += 1
     return case
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Shrink a case file on which our allocator and the 1.36 oracle disagree; print the result."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from tests.oracle import judging
+    from tests.oracle.client import Oracle, binary
+
+    parser = argparse.ArgumentParser(prog="python -m tests.oracle.shrinking", description=main.__doc__)
+    parser.add_argument("case", type=Path, help="a case (or a regression file with a `case` key)")
+    args = parser.parse_args(argv)
+    document = json.loads(args.case.read_text())
+    case = {k: v for k, v in document.get("case", document).items() if k != "expected"}
+    with Oracle(binary("1.36")) as oracle:
+
+        def signature(candidate: dict[str, Any]) -> tuple[str, str]:
+            theirs = judging.upstream(oracle.judge(candidate))["status"]
+            try:
+                mine = judging.ours(candidate)["status"]
+            except Exception:  # invalid input our parser refuses: not the same failure
+                mine = "exception"
+            return theirs, mine
+
+        wanted = signature(case)
+        if wanted[0] == wanted[1]:
+            print(f"no disagreement to shrink: both {wanted[0]}")
+            return 1
+        print(json.dumps(shrink(case, lambda c: signature(c) == wanted), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
