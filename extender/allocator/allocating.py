@@ -242,7 +242,7 @@ class _Search:
         one) has a claim constraint to break, which upstream reports as an error.
         """
         for c, claim in enumerate(self.claims):
-            for r, request in enumerate(claim.requests):
+            for r in range(len(claim.requests)):
                 data = self.requests[(c, r, 0)]
                 if data.parent or data.spec.mode != ALL or claim.constraints or data.spec.is_admin:
                     continue

@@ -15,7 +15,6 @@ from typing import Any
 
 from extender.allocator.model import Device
 from extender.allocator.requests import ConstraintSpec
-from extender.errors import AllocationError
 
 _SCALAR_KINDS = ("int", "bool", "string", "version")
 _LIST_KINDS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
