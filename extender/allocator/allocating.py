@@ -246,11 +246,18 @@ class _Search:
                 data = self.requests[(c, r, 0)]
                 if data.parent or data.spec.mode != ALL or claim.constraints or data.spec.is_admin:
                     continue
-                if self.features.capacity_names_1_37 or not any(
-                    self._never_allocatable(data, device) for device, _, _ in data.all_devices or ()
-                ):
+                blocked = [d for d, _, _ in data.all_devices or () if self._never_allocatable(data, d)]
+                if self.features.capacity_names_1_37 or not blocked:
                     continue
-                return self._reached_without_error(c, r)
+                if not self._reached_without_error(c, r):
+                    return False
+                # As the search would have noted (`_allocate_device`): a device other claims
+                # hold was in the way, so the node may fit once they let go.
+                multi = self.features.consumable_capacity
+                held = [d for d in blocked if not (multi and d.allow_multiple_allocations)]
+                if any(self._held_by_others(d) for d in held):
+                    self.stats.held_back = True
+                return True
         return False
 
     def _never_allocatable(self, data: _Request, device: Device) -> bool:
