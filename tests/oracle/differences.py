@@ -9,7 +9,9 @@ Only the oracle's own answers decide, never the shape of the generated case:
   distinct constraint; or, for an `All` request (where a broken constraint is an error), both
   sides report "cannot add device ... because a claim constraint would not be satisfied" for the
   same request of a claim whose only constraints are `distinctAttribute`, upstream naming a
-  later device than ours: upstream took a device whose value repeats an earlier one.
+  later device than ours: upstream took a device whose value repeats an earlier one; or
+  upstream fails on a later claim that ours never reaches, and the oracle, asked about the
+  claims before it alone, allocates them with a repeated distinct value.
 """
 
 from __future__ import annotations
@@ -116,6 +118,22 @@ def distinct_error_later(case: Obj, mine: Obj, upstream: Obj) -> bool:
     return False
 
 
+_CLAIM_ERROR = re.compile(r"^claim (?:[^/\s,]+/)?(?P<claim>[^\s,:]+)[,:]")
+
+
+def _claims_before_error(case: Obj, upstream: Obj) -> Obj | None:
+    """The case with only the claims before the one upstream's error names (None if none)."""
+    if upstream["status"] != "error":
+        return None
+    match = _CLAIM_ERROR.match(upstream["error"])
+    if not match:
+        return None
+    names = [c["metadata"]["name"] for c in case.get("claims") or ()]
+    if match["claim"] not in names or names.index(match["claim"]) == 0:
+        return None
+    return {**case, "claims": case["claims"][: names.index(match["claim"])]}
+
+
 def known_difference(
     case: Obj,
     upstream: Obj,
@@ -129,6 +147,11 @@ def known_difference(
         return "c"
     if distinct_error_later(case, ours_of(case), upstream):
         return "c"
+    prefix = _claims_before_error(case, upstream)
+    if prefix is not None:
+        earlier = upstream_of(prefix)
+        if earlier["status"] == "allocated" and distinct_broken(prefix, earlier["allocations"]):
+            return "c"
     renamed = renamed_pools(case)
     if renamed != case and difference(ours_of(renamed), upstream_of(renamed)) == "":
         return "b"
