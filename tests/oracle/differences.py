@@ -11,7 +11,9 @@ Only the oracle's own answers decide, never the shape of the generated case:
   same request of a claim whose only constraints are `distinctAttribute`, upstream naming a
   later device than ours: upstream took a device whose value repeats an earlier one; or
   upstream fails on a later claim that ours never reaches, and the oracle, asked about the
-  claims before it alone, allocates them with a repeated distinct value.
+  claims before it alone, allocates them with a repeated distinct value; or ours refuses an
+  `All` request for a broken constraint and the oracle, asked about the claims up to that
+  request, allocates them with a repeated distinct value.
 """
 
 from __future__ import annotations
@@ -134,6 +136,25 @@ def _claims_before_error(case: Obj, upstream: Obj) -> Obj | None:
     return {**case, "claims": case["claims"][: names.index(match["claim"])]}
 
 
+def _through_our_error(case: Obj, mine: Obj) -> Obj | None:
+    """The claims up to the request our constraint error names, that request last (or None)."""
+    match = _CONSTRAINT_ERROR.match(mine.get("error", "")) if mine["status"] == "error" else None
+    if not match:
+        return None
+    claim_name = match["claim"].rsplit("/", 1)[-1]
+    for index, claim in enumerate(case.get("claims") or ()):
+        if claim["metadata"]["name"] != claim_name:
+            continue
+        requests = claim["spec"]["devices"]["requests"]
+        names = [r["name"] for r in requests]
+        if match["request"] not in names:
+            return None
+        devices = {**claim["spec"]["devices"], "requests": requests[: names.index(match["request"]) + 1]}
+        cut = {**claim, "spec": {**claim["spec"], "devices": devices}}
+        return {**case, "claims": [*case["claims"][:index], cut]}
+    return None
+
+
 def known_difference(
     case: Obj,
     upstream: Obj,
@@ -145,8 +166,14 @@ def known_difference(
     """Which documented difference explains a disagreement: "b", "c", or "" (a bug)."""
     if upstream["status"] == "allocated" and distinct_broken(case, upstream["allocations"]):
         return "c"
-    if distinct_error_later(case, ours_of(case), upstream):
+    mine = ours_of(case)
+    if distinct_error_later(case, mine, upstream):
         return "c"
+    through = _through_our_error(case, mine)
+    if through is not None:
+        earlier = upstream_of(through)
+        if earlier["status"] == "allocated" and distinct_broken(through, earlier["allocations"]):
+            return "c"
     prefix = _claims_before_error(case, upstream)
     if prefix is not None:
         earlier = upstream_of(prefix)

@@ -29,18 +29,19 @@ from tests.oracle.client import Oracle
 DIRECTORY = Path(__file__).resolve().parents[1] / "data" / "oracle-regressions"
 FILES = sorted(DIRECTORY.glob("*.json"))
 # Findings not fixed yet: they fail visibly (strict xfail turns a fix into a reminder to drop them).
-OPEN: dict[str, str] = {}
+OPEN: dict[str, str] = {
+    # Differential seed 71: claim-1 has matchAttribute and distinctAttribute on the same
+    # attribute over firstAvailable requests; upstream goes on to a subrequest whose selector
+    # fails on a NIC ("no such key: family") and reports that CEL error, ours stops before it
+    # and answers unschedulable. With either constraint alone both report the error. Not
+    # explained yet (the distinct pruning is off here: list-type attributes are on).
+    "differential-v0.36.3-8f54ed8ab0": "ours unschedulable where upstream meets a CEL runtime error",
+}
 
 
-def _params() -> list[Any]:
-    return [
-        pytest.param(
-            p,
-            id=p.stem,
-            marks=[pytest.mark.xfail(strict=True, reason=OPEN[p.stem])] if p.stem in OPEN else [],
-        )
-        for p in FILES
-    ]
+def _params(*, open_fails: bool = True) -> list[Any]:
+    marks = {s: [pytest.mark.xfail(strict=True, reason=r)] for s, r in OPEN.items()} if open_fails else {}
+    return [pytest.param(p, id=p.stem, marks=marks.get(p.stem, [])) for p in FILES]
 
 
 # Far below the scheduler's 10 s filter timeout: upstream answers each of these in milliseconds.
@@ -74,7 +75,8 @@ def test_allocator_gives_upstreams_answer(path: Path) -> None:
         assert judging.difference(got, case["expected"]) == ""
 
 
-@pytest.mark.parametrize("path", _params())
+# An open case may still pass /filter (an error and "unschedulable" both fail the node).
+@pytest.mark.parametrize("path", _params(open_fails=False))
 def test_filter_gives_upstreams_verdict(path: Path) -> None:
     """/filter passes the node exactly when upstream allocates on it, in bounded time."""
     case = _case(path)
