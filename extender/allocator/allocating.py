@@ -310,6 +310,13 @@ class _Search:
                     f"claim {claim.ref}, request {request.name}: has capacity requests, "
                     "but the DRAConsumableCapacity feature is disabled"
                 )
+            # Upstream checks every subrequest for capacity requests before validating any.
+            for sub in request.first_available if not self.features.consumable_capacity else ():
+                if sub.capacity is not None:
+                    raise AllocationError(
+                        f"claim {claim.ref}, subrequest {sub.name}: has capacity requests, "
+                        "but the DRAConsumableCapacity feature is disabled"
+                    )
             if request.first_available:
                 fewest = None
                 for sub_index, sub in enumerate(request.first_available):
@@ -349,11 +356,6 @@ class _Search:
         spec: RequestSpec,
         parent: str,
     ) -> _Request:
-        if not self.features.consumable_capacity and parent and spec.capacity is not None:
-            raise AllocationError(
-                f"claim {claim.ref}, subrequest {spec.name}: has capacity requests, "
-                "but the DRAConsumableCapacity feature is disabled"
-            )
         for index, selector in enumerate(spec.selectors):
             if selector.expression is None:
                 raise AllocationError(

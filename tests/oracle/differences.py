@@ -13,7 +13,9 @@ Only the oracle's own answers decide, never the shape of the generated case:
   upstream fails on a later claim that ours never reaches, and the oracle, asked about the
   claims before it alone, allocates them with a repeated distinct value; or ours refuses an
   `All` request for a broken constraint and the oracle, asked about the claims up to that
-  request, allocates them with a repeated distinct value.
+  request, allocates them with a repeated distinct value; generally, when the oracle allocates
+  some first part of the claims (cut after a request) with a repeated distinct value, upstream's
+  search went where ours rightly does not, and what follows is explained by (c).
 """
 
 from __future__ import annotations
@@ -155,6 +157,21 @@ def _through_our_error(case: Obj, mine: Obj) -> Obj | None:
     return None
 
 
+def _request_prefixes(case: Obj) -> list[Obj]:
+    """The case cut after each request of each claim, shortest first (the full case excluded)."""
+    out = []
+    claims = case.get("claims") or []
+    for index, claim in enumerate(claims):
+        requests = claim["spec"]["devices"]["requests"]
+        for count in range(1, len(requests) + 1):
+            if index == len(claims) - 1 and count == len(requests):
+                break
+            devices = {**claim["spec"]["devices"], "requests": requests[:count]}
+            cut = {**claim, "spec": {**claim["spec"], "devices": devices}}
+            out.append({**case, "claims": [*claims[:index], cut]})
+    return out
+
+
 def known_difference(
     case: Obj,
     upstream: Obj,
@@ -173,6 +190,12 @@ def known_difference(
     if through is not None:
         earlier = upstream_of(through)
         if earlier["status"] == "allocated" and distinct_broken(through, earlier["allocations"]):
+            return "c"
+    # Upstream went past a point ours could not: some first part of the claims, alone, is
+    # allocated by upstream with a repeated distinct value.
+    for part in _request_prefixes(case):
+        earlier = upstream_of(part)
+        if earlier["status"] == "allocated" and distinct_broken(part, earlier["allocations"]):
             return "c"
     prefix = _claims_before_error(case, upstream)
     if prefix is not None:

@@ -29,14 +29,7 @@ from tests.oracle.client import Oracle
 DIRECTORY = Path(__file__).resolve().parents[1] / "data" / "oracle-regressions"
 FILES = sorted(DIRECTORY.glob("*.json"))
 # Findings not fixed yet: they fail visibly (strict xfail turns a fix into a reminder to drop them).
-OPEN: dict[str, str] = {
-    # Differential seed 71: claim-1 has matchAttribute and distinctAttribute on the same
-    # attribute over firstAvailable requests; upstream goes on to a subrequest whose selector
-    # fails on a NIC ("no such key: family") and reports that CEL error, ours stops before it
-    # and answers unschedulable. With either constraint alone both report the error. Not
-    # explained yet (the distinct pruning is off here: list-type attributes are on).
-    "differential-v0.36.3-8f54ed8ab0": "ours unschedulable where upstream meets a CEL runtime error",
-}
+OPEN: dict[str, str] = {}
 
 
 def _params(*, open_fails: bool = True) -> list[Any]:
