@@ -31,7 +31,7 @@ from typing import Any
 
 from extender import cel
 from extender.allocator import capacity
-from extender.allocator.constraints import Constraint
+from extender.allocator.constraints import UNTYPED, Constraint
 from extender.allocator.counters import PoolCounters
 from extender.allocator.distinct import Demand, can_fill, viable_values
 from extender.allocator.features import Features
@@ -188,6 +188,10 @@ class _Search:
         self.matches: dict[tuple[int, int, int, int], bool] = {}  # (id(device), claim, req, sub)
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}
+        # Shares of each multi-allocatable device this search holds, whatever they consume:
+        # upstream's "capacity in use" marker (an entry in allocatingCapacity, kept while any
+        # share holds it since v0.36.3) that lets later shares skip the counter check.
+        self.allocating_shares: dict[DeviceID, int] = {}
         self.counters: dict[int, PoolCounters] = {}  # by id(pool)
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.shared_devices = {device_id for device_id, _ in allocated.shared_ids} | set(
@@ -206,7 +210,7 @@ class _Search:
     def run(self) -> list[ClaimAllocation] | None:
         for claim_index, claim in enumerate(self.claims):
             self._validate_claim(claim_index, claim)
-        done = self._allocate_one(0, 0, 0, 0, in_subrequest=False, start=0)
+        done = False if self._doomed() else self._allocate_one(0, 0, 0, 0, in_subrequest=False, start=0)
         if done is not True:
             if any(pool.invalid for pool in self.pools):
                 raise NodeScopedError(
@@ -224,6 +228,59 @@ class _Search:
             )
             for index, claim in enumerate(self.claims)
         ]
+
+    def _doomed(self) -> bool:
+        """Does every branch of the search fail at one `All` request, without an error?
+
+        An `All` request takes every matching device; if one of them can never be allocated
+        (held by other claims, an untolerated taint, counters without the feature: none depends
+        on the branch), upstream's search fails there in every branch, after trying every
+        combination of the requests before it (fuzz-s101-0258: 574,119 steps, seconds in Go and
+        past the 10 s deadline here). The answer is then "unschedulable", the same as upstream's,
+        provided nothing on the way could have raised instead: no selector of a request reached
+        before it fails to evaluate on any device, and no `All` request on the way (nor this
+        one) has a claim constraint to break, which upstream reports as an error.
+        """
+        for c, claim in enumerate(self.claims):
+            for r in range(len(claim.requests)):
+                data = self.requests[(c, r, 0)]
+                if data.parent or data.spec.mode != ALL or claim.constraints or data.spec.is_admin:
+                    continue
+                blocked = [d for d, _, _ in data.all_devices or () if self._never_allocatable(data, d)]
+                if self.features.capacity_names_1_37 or not blocked:
+                    continue
+                if not self._reached_without_error(c, r):
+                    return False
+                # As the search would have noted (`_allocate_device`): a device other claims
+                # hold was in the way, so the node may fit once they let go.
+                multi = self.features.consumable_capacity
+                held = [d for d in blocked if not (multi and d.allow_multiple_allocations)]
+                if any(self._held_by_others(d) for d in held):
+                    self.stats.held_back = True
+                return True
+        return False
+
+    def _never_allocatable(self, data: _Request, device: Device) -> bool:
+        multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        return (
+            (not multi and self._held_by_others(device))
+            or (bool(device.consumes_counters) and not self.features.partitionable_devices)
+            or (self.features.device_taints and not all_tolerated(device.taints, data.spec.tolerations))
+        )
+
+    def _reached_without_error(self, c: int, r: int) -> bool:
+        """Can no request before (c, r) raise during the search (see `_doomed`)?"""
+        for key, data in self.requests.items():
+            if key[:2] >= (c, r):
+                continue
+            if data.spec.mode == ALL and self.claims[key[0]].constraints:
+                return False
+            for candidate in self.candidates:
+                try:
+                    self._selectable(key, data, candidate.device, candidate.slice)
+                except (CelRuntimeError, AllocationError):
+                    return False
+        return True
 
     def _chosen_classes(self, claim_index: int) -> list[tuple[str, DeviceClassSpec]]:
         chosen = []
@@ -253,6 +310,13 @@ class _Search:
                     f"claim {claim.ref}, request {request.name}: has capacity requests, "
                     "but the DRAConsumableCapacity feature is disabled"
                 )
+            # Upstream checks every subrequest for capacity requests before validating any.
+            for sub in request.first_available if not self.features.consumable_capacity else ():
+                if sub.capacity is not None:
+                    raise AllocationError(
+                        f"claim {claim.ref}, subrequest {sub.name}: has capacity requests, "
+                        "but the DRAConsumableCapacity feature is disabled"
+                    )
             if request.first_available:
                 fewest = None
                 for sub_index, sub in enumerate(request.first_available):
@@ -292,11 +356,6 @@ class _Search:
         spec: RequestSpec,
         parent: str,
     ) -> _Request:
-        if not self.features.consumable_capacity and parent and spec.capacity is not None:
-            raise AllocationError(
-                f"claim {claim.ref}, subrequest {spec.name}: has capacity requests, "
-                "but the DRAConsumableCapacity feature is disabled"
-            )
         for index, selector in enumerate(spec.selectors):
             if selector.expression is None:
                 raise AllocationError(
@@ -584,7 +643,8 @@ class _Search:
                 return None  # a capacity named twice is an error upstream meets per device
         for candidate in self.candidates:
             for constraint in constraints:
-                constraint.elements_of(candidate.device)  # raises on a malformed value
+                if constraint.elements_of(candidate.device) == UNTYPED:
+                    return None  # upstream may take it as a first device: no count to prune by
         for index in distinct:
             constraint = constraints[index]
             for key in keys:
@@ -691,6 +751,7 @@ class _Search:
                 )
                 share_id = self.new_share_id()
                 self._add_capacity(device.id, consumed, +1)
+                self.allocating_shares[device.id] = self.allocating_shares.get(device.id, 0) + 1
         if not multi:
             self.allocating.setdefault(device.id, set()).add(c)
 
@@ -714,6 +775,7 @@ class _Search:
             if multi:
                 if consumed is not None:
                     self._add_capacity(device.id, consumed, -1)
+                    self.allocating_shares[device.id] -= 1
             else:
                 self.allocating[device.id].discard(c)
             if counters_taken:
@@ -723,9 +785,7 @@ class _Search:
 
     # ----------------------------------------------------------------- counters and capacity
     def _has_capacity_in_use(self, device: Device) -> bool:
-        return device.id in self.allocated.aggregated_capacity or bool(
-            self.allocating_capacity.get(device.id)
-        )
+        return device.id in self.allocated.aggregated_capacity or self.allocating_shares.get(device.id, 0) > 0
 
     def _add_capacity(self, device_id: DeviceID, consumed: dict[str, Quantity], sign: int) -> None:
         current = self.allocating_capacity.setdefault(device_id, {})

@@ -5,7 +5,8 @@ called in strict LIFO order by the depth-first search, so the state is a stack.
 
 Attribute values are compared as sets of typed elements: a scalar is a one-element set. With
 list-type attributes off every set has one element, which reduces to upstream's scalar rules
-(same type and same value for match; different value for distinct).
+(same type and same value for match; different value for distinct), and a value those rules
+cannot compare is UNTYPED (below). A constraint never raises: upstream's only refuse a device.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 
 from extender.allocator.model import Device
 from extender.allocator.requests import ConstraintSpec
-from extender.errors import AllocationError
 
 _SCALAR_KINDS = ("int", "bool", "string", "version")
 _LIST_KINDS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
@@ -33,21 +33,27 @@ def lookup_attribute(device: Device, qualified_name: str) -> dict[str, Any] | No
     return device.attributes.get(ident)
 
 
-def attribute_elements(value: dict[str, Any], *, list_types: bool, name: str) -> frozenset[Element] | None:
-    """The typed elements of an attribute value; None for a value of unknown type.
+# A value upstream's scalar rules (list-type attributes off) cannot compare: a list, or no value.
+# Upstream accepts it as the first device of a constraint (it only stores it) and refuses it after
+# that; as an empty set it matches nothing and conflicts with nothing, which gives exactly that.
+UNTYPED: frozenset[Element] = frozenset()
 
-    Raises AllocationError for a list value while list-type attributes are off.
+
+def attribute_elements(value: dict[str, Any], *, list_types: bool) -> frozenset[Element] | None:
+    """The typed elements of an attribute value, as upstream's constraints compare them.
+
+    With list-type attributes on (upstream's attributeAsSet): a non-empty list or a scalar, else
+    None (the constraint refuses the device). Off (upstream's scalar switch): a scalar, else
+    UNTYPED. Neither is an error: upstream's constraints never fail the allocation.
     """
+    for kind, element_kind in _LIST_KINDS.items():
+        items = value.get(kind)
+        if items:
+            return frozenset((element_kind, item) for item in items) if list_types else UNTYPED
     for kind in _SCALAR_KINDS:
         if value.get(kind) is not None:
             return frozenset({(kind, value[kind])})
-    for kind, element_kind in _LIST_KINDS.items():
-        items = value.get(kind)
-        if items is not None:
-            if not list_types or not items:
-                raise AllocationError(f"attribute {name}: unsupported attribute value")
-            return frozenset((element_kind, item) for item in items)
-    return None
+    return None if list_types else UNTYPED
 
 
 class Constraint:
@@ -76,7 +82,7 @@ class Constraint:
         raw = lookup_attribute(device, self._attribute)
         if raw is None:
             return None
-        return attribute_elements(raw, list_types=self._list_types, name=self._attribute)
+        return attribute_elements(raw, list_types=self._list_types)
 
     def used_elements(self) -> frozenset[Element]:
         """Every element held by the devices added so far (for distinct: no new device may reuse one)."""
@@ -93,7 +99,7 @@ class Constraint:
         if not self.applies_to(request, subrequest):
             return True
         elements = self.elements_of(device)
-        if elements is None:
+        if elements is None or (not elements and self._stack):
             return False
         if self._distinct:
             if any(elements & previous for previous in self._stack):

@@ -6,10 +6,12 @@ parsed Kubernetes quantity is a whole number of nano-units, so the conversion is
 device's cost is a short tuple of (counter index, amount), and the pool-wide check "no counter
 has consumed > available" is kept as a running count of violated counters instead of a scan.
 
-Upstream compares, on every take, each counter of the pool that this search has consumed from
-(a counter the search never touched is not compared, even if other claims over-used it); the
-`touched` flags reproduce that. Accounting is per `Pool` object, i.e. per (driver, pool): see
-docs/upstream-differences.md (b).
+Upstream compares, on every take, *every* counter of the pool (`checkAvailableCounters` ranges
+over all the pool's counter sets; a counter this search never consumed from compares as 0), so a
+counter that devices held by other claims already over-use makes every counter-consuming device of
+the pool fail, even one that consumes from another counter set (the oracle showed it:
+tests/data/oracle-regressions/fuzz-s202-0287.json). Accounting is per `Pool` object, i.e. per
+(driver, pool): see docs/upstream-differences.md (b).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def nano_units(quantity: Quantity) -> int:
 class PoolCounters:
     """Available and consumed counters of one pool; `take`/`give_back` in LIFO order."""
 
-    __slots__ = ("_costs", "_index", "available", "base", "consumed", "touched", "violations")
+    __slots__ = ("_costs", "_index", "available", "base", "consumed", "violations")
 
     def __init__(self, pool: Pool, held_by_others: Callable[[DeviceID], bool]) -> None:
         self._index: dict[tuple[str, str], int] = {}
@@ -53,8 +55,8 @@ class PoolCounters:
                     for index, nano in self.cost(device):
                         self.available[index] -= nano
         self.consumed = [0] * len(self.base)
-        self.touched = [False] * len(self.base)
-        self.violations = 0  # touched counters with consumed > available
+        # Counters with consumed > available: at first those other claims over-use already.
+        self.violations = sum(1 for amount in self.available if amount < 0)
 
     def cost(self, device: Device) -> Cost:
         """What the device consumes, by counter index (counters the pool lacks are ignored)."""
@@ -70,7 +72,7 @@ class PoolCounters:
         return cost
 
     def take(self, cost: Cost) -> bool:
-        """Consume `cost`; False (and nothing consumed) if some touched counter is over."""
+        """Consume `cost`; False (and nothing consumed) if some counter of the pool is over."""
         self._apply(cost, +1)
         if self.violations:
             self._apply(cost, -1)
@@ -85,14 +87,11 @@ class PoolCounters:
         consumed = list(self.consumed)
         for index, amount in cost:
             consumed[index] += amount
-        touched = set(index for index, _ in cost)
-        touched.update(i for i, flag in enumerate(self.touched) if flag)
-        return all(consumed[i] <= self.base[i] for i in touched)
+        return all(used <= base for used, base in zip(consumed, self.base, strict=True))
 
     def _apply(self, cost: Cost, sign: int) -> None:
-        available, consumed, touched = self.available, self.consumed, self.touched
+        available, consumed = self.available, self.consumed
         for index, amount in cost:
-            before = touched[index] and consumed[index] > available[index]
+            before = consumed[index] > available[index]
             consumed[index] += sign * amount
-            touched[index] = True
             self.violations += (consumed[index] > available[index]) - before
