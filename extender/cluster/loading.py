@@ -115,7 +115,9 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             doc = orjson.loads(text) if text.strip() else None
         except orjson.JSONDecodeError as exc:
-            if named_json:
+            # Too deep for orjson (newer releases stop at 1024 levels) is too deep for the YAML
+            # parser too, whose C loader crashes at some depths: no second try.
+            if named_json or "depth" in str(exc):
                 raise StateLoadError(f"{path}: document 0: not valid JSON: {exc}") from None
         else:
             yield 0, doc
