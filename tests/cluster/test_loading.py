@@ -134,6 +134,19 @@ def test_json_content_in_a_yaml_named_file_is_read_as_json(tmp_path, monkeypatch
         load_state_paths([deep])
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["kind: " + "[" * 50_000 + "]" * 50_000, "".join(" " * (2 * i) + "a:\n" for i in range(20_000))],
+    ids=["flow", "block"],
+)
+def test_deeply_nested_yaml_is_a_clear_error(tmp_path, text):
+    """A state file nested tens of thousands deep is refused with the file named, not a crash
+    (PyYAML >= 6.0.4's loader limits the depth; older C loaders segfaulted)."""
+    path = _write(tmp_path, "deep.yml", text)
+    with pytest.raises(StateLoadError, match=r"deep\.yml: document 0: not valid YAML: .*nesting depth"):
+        load_state_paths([path])
+
+
 def test_generic_list_is_unpacked(tmp_path):
     """`kind: List` (kubectl get -o json) yields its items."""
     items = [
