@@ -46,7 +46,7 @@ import requests
 from loadtests.fleet import generate_mixed_cluster
 from loadtests.generate import NAMESPACE, POD_CLAIM, SHAPE_LABEL, generate_cluster
 from tests.e2e.cluster import ControlPlane, Kube, collection_path, object_path
-from tests.e2e.objects import mark_ready, owned_by_node
+from tests.e2e.objects import clean, mark_ready, owned_by_node
 
 Obj = dict[str, Any]
 
@@ -60,19 +60,17 @@ GPU_DRIVER = "gpu.nvidia.com"
 NIC_DRIVER = "dra.net"
 #: Seconds without a new binding after which pods that were all found unschedulable count as such.
 SETTLE = 15.0
-_SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink")
 
 
 # ----------------------------------------------------------------------------- publishing
 
 
 def _clean(obj: Obj) -> Obj:
-    obj = json.loads(json.dumps(obj))
-    metadata = obj.setdefault("metadata", {})
-    for key in _SERVER_FIELDS:
-        metadata.pop(key, None)
-    metadata.pop("ownerReferences", None)
-    return obj
+    """`objects.clean` (no server-set fields) without owner references: the generator's owners
+    are uids of no object here."""
+    cleaned = clean(obj)
+    cleaned["metadata"].pop("ownerReferences", None)
+    return cleaned
 
 
 def _parallel(work: Iterable[Any], fn: Any, threads: int = 8) -> list[Any]:

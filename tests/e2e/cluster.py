@@ -443,22 +443,21 @@ class ControlPlane:
         for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
             objects += [d for d in yaml.safe_load_all((ROOT / "deploy" / name).read_text()) if d]
         self.kube.apply_all(objects)
-        sa = next(o for o in objects if o["kind"] == "ServiceAccount")
-        path = object_path("ServiceAccount", sa["metadata"]["name"], sa["metadata"]["namespace"]) + "/token"
+        sa = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]
+        self.extender_namespace = sa["namespace"]
+        self.extender_kubeconfig = self._account_kubeconfig(sa, self.work / "extender.conf")
+
+    def _account_kubeconfig(self, account: dict[str, Any], path: Path) -> Path:
+        """A kubeconfig with a token the API server issues for ServiceAccount `account` (its
+        metadata), as a pod of that account would get."""
+        token_path = object_path("ServiceAccount", account["name"], account["namespace"]) + "/token"
         request = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
             "spec": {"expirationSeconds": 24 * 3600},
         }
-        token = self.kube.request("POST", path, request)["status"]["token"]
-        self.extender_namespace = sa["metadata"]["namespace"]
-        self.extender_kubeconfig = kubeconfig(
-            self.work / "extender.conf",
-            self.server,
-            self.pki.ca_cert,
-            token=token,
-            user="dra-topology-extender",
-        )
+        token = self.kube.request("POST", token_path, request)["status"]["token"]
+        return kubeconfig(path, self.server, self.pki.ca_cert, token=token, user=account["name"])
 
     # ---- extender and scheduler, per mode ------------------------------------------------------
     def start_extender(
@@ -528,24 +527,12 @@ class ControlPlane:
         documents = [d for d in yaml.safe_load_all((ROOT / "deploy" / "scheduler.yaml").read_text()) if d]
         self.kube.apply_all([d for d in documents if d["kind"] != "Deployment"])
         account = next(d for d in documents if d["kind"] == "ServiceAccount")["metadata"]
-        path = object_path("ServiceAccount", account["name"], account["namespace"]) + "/token"
-        request = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 24 * 3600},
-        }
-        token = self.kube.request("POST", path, request)["status"]["token"]
-        kubeconfig(
-            self.work / "deploy-scheduler.conf",
-            self.server,
-            self.pki.ca_cert,
-            token=token,
-            user=account["name"],
-        )
+        conf = self.work / "deploy-scheduler.conf"
+        self.deploy_scheduler_kubeconfig = self._account_kubeconfig(account, conf)
         configmap = yaml.safe_load((ROOT / "deploy" / "scheduler-config.yaml").read_text())
         config = yaml.safe_load(configmap["data"]["config.yaml"])
         assert config["clientConnection"]["kubeconfig"] == "", "deploy/ runs the scheduler in-cluster"
-        config["clientConnection"]["kubeconfig"] = str(self.work / "deploy-scheduler.conf")
+        config["clientConnection"]["kubeconfig"] = str(self.deploy_scheduler_kubeconfig)
         self._point_extenders(config)
         out = self.work / "scheduler-deploy.yaml"
         out.write_text(yaml.safe_dump(config))
@@ -561,9 +548,10 @@ class ControlPlane:
             tls["certFile"], tls["keyFile"] = str(self.scheduler_tls[0]), str(self.scheduler_tls[1])
 
     def start_scheduler(self, mode: str) -> Process:
+        kubeconfig_path = self.scheduler_kubeconfig
         if mode == "deploy":
             path = self.deploy_scheduler_config()
-            kubeconfig_path = self.work / "deploy-scheduler.conf"
+            kubeconfig_path = self.deploy_scheduler_kubeconfig
         elif mode == "baseline":
             config = yaml.safe_load((ROOT / "config" / "scheduler-advisory.yaml").read_text())
             config.pop("extenders")  # the upstream baseline: the in-tree DynamicResources plugin alone
@@ -572,8 +560,6 @@ class ControlPlane:
             path.write_text(yaml.safe_dump(config))
         else:
             path = self.scheduler_config(mode)
-        if mode != "deploy":
-            kubeconfig_path = self.scheduler_kubeconfig
         port = free_port()
         p = self._spawn(
             "kube-scheduler",
