@@ -254,6 +254,10 @@ async def test_stalled_stream_is_relisted(services, seeded):
     assert stats["relists"]["DeviceClass"] == 0
 
 
+#: Liveness bound for reconnects with backoff: a CI machine under load took more than 5 s.
+LOADED = 20.0
+
+
 async def test_errors_back_off_and_recover(seeded):
     """Failed lists and watches are retried with backoff until they succeed, then the cache syncs."""
     state = ClusterState()
@@ -270,7 +274,7 @@ async def test_errors_back_off_and_recover(seeded):
     seeded.fail_next(3, 500, verb="list", resource="Node")
     source.start()
     try:
-        await wait_for(source.synced)
+        await wait_for(source.synced, timeout=LOADED)
         assert state.count("Node") == _sample_count("Node")
         assert seeded.request_log().count(("list", "", "nodes", "", "")) == 4
         # A broken watch reconnects from its resourceVersion: no relist, and later events still arrive.
@@ -278,12 +282,12 @@ async def test_errors_back_off_and_recover(seeded):
         seeded.end_watches("Node")
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "late-node"}}
         seeded.put_object(node)
-        await wait_for(lambda: state.get("Node", "late-node") is not None)
+        await wait_for(lambda: state.get("Node", "late-node") is not None, timeout=LOADED)
         # The event may slip through the old stream before it ends: wait for the reconnects too
         # (one per failed watch, one for the stream that stays).
-        await wait_for(lambda: source.stats()["watch_restarts"]["Node"] >= 3)
+        await wait_for(lambda: source.stats()["watch_restarts"]["Node"] >= 3, timeout=LOADED)
         assert seeded.request_log().count(("list", "", "nodes", "", "")) == 4
-        await wait_for(source.synced)
+        await wait_for(source.synced, timeout=LOADED)
     finally:
         await source.stop()
 
