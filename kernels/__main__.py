@@ -2,7 +2,7 @@
 
 The container image runs this at build time, as the user and with the `NUMBA_CACHE_DIR` it runs
 with, so a container start loads compiled code (see `kernels/__init__.py` and deploy/Dockerfile).
-Prints the cache directory and the seconds taken; a second run only loads.
+Prints the cache directory (`kernels.compiled_dir()`) and the seconds taken; a second run only loads.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from kernels import warming
 def main() -> int:
     """Warm up (compile or load) the topology and first-fit kernels; print where and how long."""
     seconds = warming.warm_up_now()
-    print(f"numba kernels ready in {seconds:.2f} s; cache: {kernels.cache_dir()}")
+    print(f"numba kernels ready in {seconds:.2f} s; cache: {kernels.compiled_dir()}")
     return 0
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from kernels import counters, topology, warming
+from kernels.topology import partition, score, search, warmup
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.free_switch
@@ -67,16 +68,16 @@ def switch(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., _Gate]]:
 
 
 def _tiny() -> tuple[Any, ...]:
-    return topology._tiny_index()
+    return warmup._tiny_index()
 
 
 def _calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Count the calls of every twin (the entry points look them up in their module)."""
     seen = {"best_sets": 0, "score_sets": 0, "partition_terms": 0, "first_fit": 0}
     for module, name in (
-        (topology, "best_sets"),
-        (topology, "score_sets"),
-        (topology, "partition_terms"),
+        (search, "best_sets"),
+        (score, "score_sets"),
+        (partition, "partition_terms"),
         (counters, "first_fit"),
     ):
         twin = getattr(module, f"{name}_reference")
@@ -207,8 +208,10 @@ def test_twin_and_kernel_entry_points_agree_on_the_tiny_index() -> None:
 PROBE = """
 import copy, json
 from pathlib import Path
+import importlib, pkgutil
 import numba
-from kernels import counters, topology, warming
+import kernels
+from kernels import warming
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.explaining import load_pods
@@ -219,10 +222,11 @@ from extender.wiring import build_services
 def signatures():
     return {
         f"{m.__name__}.{name}": sorted(map(str, d.signatures))
-        for m in (topology, counters) for name, d in vars(m).items()
+        for m in modules for name, d in vars(m).items()
         if isinstance(d, numba.core.dispatcher.Dispatcher)
     }
 
+modules = [importlib.import_module(m.name) for m in pkgutil.walk_packages(kernels.__path__, "kernels.")]
 warming.warm_up_now()
 before = signatures()
 placement, binder = build_services(Settings(), ClusterState.from_objects(copy.deepcopy(sample_objects())))

@@ -25,13 +25,14 @@ from extender.explaining import load_pods
 from extender.server import make_app
 from extender.settings import Settings
 from extender.wiring import build_services
-from kernels import counters, topology, warming
+from kernels import counters, warming
+from kernels.topology import partition, score, search
 
 PODS = load_pods(Path(__file__).resolve().parents[1] / "data" / "pipeline_pods.yaml")
 TWINS = (
-    (topology, "best_sets"),
-    (topology, "score_sets"),
-    (topology, "partition_terms"),
+    (search, "best_sets"),
+    (score, "score_sets"),
+    (partition, "partition_terms"),
     (counters, "first_fit"),
 )
 
