@@ -2,7 +2,8 @@
 
 Builders: one driver, one DeviceClass, nodes with N GPUs each (pool = node name), claims
 asking for `count` GPUs, pods using claims by name. Objects carry no uid or resourceVersion:
-the fake server assigns them, as the real one does.
+the fake server assigns them, as the real one does. `seed` puts such a cluster on the server;
+`reserve_as_in_tree` writes what the in-tree plugin writes to a claim at PreBind.
 
 Harness: one extender replica (real watch via KubeSource -> ClusterState -> Placement ->
 KubeBinder) against a FakeApiServer.
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from extender.allocator.features import Features
+from extender.claims import DELETE_PROTECTION_FINALIZER
 from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
@@ -29,6 +31,8 @@ NAMESPACE = "ml"
 DRIVER = "gpu.example.com"
 GPU_CLASS = "gpu.example.com"
 DRA = "resource.k8s.io/v1"
+#: (verb, resource, subresource) of a Binding, as `writes` lists it.
+BINDING = ("create", "pods", "binding")
 
 
 def node(name: str) -> Obj:
@@ -117,6 +121,40 @@ def allocation(node_name: str, devices: list[str], *, request: str = "gpu") -> O
             ]
         },
     }
+
+
+def seed(
+    api: FakeApiServer,
+    *,
+    gpus: dict[str, int],
+    claims: dict[str, int],
+    pods: dict[str, list[str]],
+    scheduler: str = "dra-extender",
+) -> None:
+    """Nodes with GPUs, claims asking for N GPUs, pods (of `scheduler`) using claims by name."""
+    api.put_object(device_class())
+    for name, count in gpus.items():
+        api.put_object(node(name))
+        api.put_object(gpu_slice(name, count))
+    for name, count in claims.items():
+        api.put_object(claim(name, count=count))
+    for name, uses in pods.items():
+        api.put_object(pod(name, uses, scheduler=scheduler))
+
+
+def reserve_as_in_tree(
+    api: FakeApiServer, *, claim_name: str, pod_name: str, node_name: str, devices: list[str]
+) -> Obj:
+    """Allocate the claim on `node_name` and reserve it for the pod, as the in-tree plugin does at
+    PreBind (finalizer, `status.allocation`, `status.reservedFor`); returns the stored claim."""
+    uid = api.get_object("Pod", pod_name, NAMESPACE)["metadata"]["uid"]
+    current = api.get_object("ResourceClaim", claim_name, NAMESPACE)
+    current["metadata"]["finalizers"] = [DELETE_PROTECTION_FINALIZER]
+    current["status"] = {
+        "allocation": allocation(node_name, devices),
+        "reservedFor": [{"resource": "pods", "name": pod_name, "uid": uid}],
+    }
+    return api.put_object(current)
 
 
 # ---------------------------------------------------------------------- harness

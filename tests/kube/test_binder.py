@@ -26,37 +26,22 @@ from extender.verdicts import (
 )
 from tests.fakeapi.server import FakeApiServer, RequestInfo
 from tests.kube.cluster import (
+    BINDING,
     NAMESPACE,
     Harness,
     allocated_devices,
     allocation,
     claim,
-    device_class,
-    gpu_slice,
-    node,
     pod,
+    reserve_as_in_tree,
     reserved_uids,
+    seed,
     until,
     writes,
 )
 
 CLAIM_UPDATE = ("update", "resourceclaims", "")
 STATUS_UPDATE = ("update", "resourceclaims", "status")
-BINDING = ("create", "pods", "binding")
-
-
-def seed(
-    api: FakeApiServer, *, gpus: dict[str, int], claims: dict[str, int], pods: dict[str, list[str]]
-) -> None:
-    """Nodes with GPUs, claims asking for N GPUs, pods using claims by name."""
-    api.put_object(device_class())
-    for name, count in gpus.items():
-        api.put_object(node(name))
-        api.put_object(gpu_slice(name, count))
-    for name, count in claims.items():
-        api.put_object(claim(name, count=count))
-    for name, uses in pods.items():
-        api.put_object(pod(name, uses))
 
 
 def untouched(claim_obj: dict) -> bool:
@@ -297,14 +282,7 @@ async def test_concurrent_binds_on_the_last_free_device(fake_api: FakeApiServer,
 async def test_default_profile_pod_gets_only_a_binding(fake_api: FakeApiServer):
     """Claims the in-tree plugin allocated and reserved in PreBind are left untouched."""
     seed(fake_api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]})
-    uid = fake_api.get_object("Pod", "p1", NAMESPACE)["metadata"]["uid"]
-    current = fake_api.get_object("ResourceClaim", "c1", NAMESPACE)
-    current["metadata"]["finalizers"] = [DELETE_PROTECTION_FINALIZER]
-    current["status"] = {
-        "allocation": allocation("n1", ["gpu-0"]),
-        "reservedFor": [{"resource": "pods", "name": "p1", "uid": uid}],
-    }
-    before = fake_api.put_object(current)
+    before = reserve_as_in_tree(fake_api, claim_name="c1", pod_name="p1", node_name="n1", devices=["gpu-0"])
     async with Harness(fake_api) as h:
         fake_api.clear_request_log()
         assert await h.bind("p1", "n1") == ("", OK)

@@ -9,8 +9,8 @@ import threading
 from extender.pods import parse_pod
 from extender.verdicts import NODE_GONE, OK, POD_GONE, TIMEOUT
 from tests.fakeapi.server import FakeApiServer
-from tests.kube.cluster import NAMESPACE, Harness, writes
-from tests.kube.test_binder import seed, untouched
+from tests.kube.cluster import NAMESPACE, Harness, seed, writes
+from tests.kube.test_binder import untouched
 
 
 async def test_bind_to_a_node_the_watch_does_not_know_is_refused(fake_api: FakeApiServer):

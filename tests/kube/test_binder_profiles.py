@@ -8,24 +8,12 @@ is refused (reason `other_profile`) with nothing written.
 
 from __future__ import annotations
 
-from extender.claims import DELETE_PROTECTION_FINALIZER
 from extender.kube.binder import KubeBinder
 from extender.verdicts import OK, OTHER_PROFILE
 from tests.fakeapi.server import FakeApiServer
-from tests.kube.cluster import (
-    NAMESPACE,
-    Harness,
-    allocation,
-    claim,
-    device_class,
-    gpu_slice,
-    node,
-    pod,
-    writes,
-)
+from tests.kube.cluster import BINDING, NAMESPACE, Harness, reserve_as_in_tree, seed, writes
 
 OURS = "dra-topology-scheduler"
-BINDING = ("create", "pods", "binding")
 
 
 def _harness(api: FakeApiServer) -> Harness:
@@ -36,11 +24,8 @@ def _harness(api: FakeApiServer) -> Harness:
 
 
 def _seed(api: FakeApiServer, scheduler: str) -> None:
-    api.put_object(device_class())
-    api.put_object(node("n1"))
-    api.put_object(gpu_slice("n1", 1))
-    api.put_object(claim("c1"))
-    api.put_object(pod("p1", ["c1"], scheduler=scheduler))
+    """One node with one GPU, claim c1 for one GPU, pod p1 (of `scheduler`) using it."""
+    seed(api, gpus={"n1": 1}, claims={"c1": 1}, pods={"p1": ["c1"]}, scheduler=scheduler)
 
 
 async def test_pending_claim_of_another_profile_is_refused_and_nothing_is_written(fake_api: FakeApiServer):
@@ -60,14 +45,7 @@ async def test_pending_claim_of_another_profile_is_refused_and_nothing_is_writte
 async def test_allocated_claim_of_another_profile_gets_only_the_binding(fake_api: FakeApiServer):
     """What the in-tree plugin wrote at PreBind stays as it is; the pod is bound."""
     _seed(fake_api, "default-scheduler")
-    uid = fake_api.get_object("Pod", "p1", NAMESPACE)["metadata"]["uid"]
-    current = fake_api.get_object("ResourceClaim", "c1", NAMESPACE)
-    current["metadata"]["finalizers"] = [DELETE_PROTECTION_FINALIZER]
-    current["status"] = {
-        "allocation": allocation("n1", ["gpu-0"]),
-        "reservedFor": [{"resource": "pods", "name": "p1", "uid": uid}],
-    }
-    before = fake_api.put_object(current)
+    before = reserve_as_in_tree(fake_api, claim_name="c1", pod_name="p1", node_name="n1", devices=["gpu-0"])
     async with _harness(fake_api) as h:
         await h.caught_up()
         fake_api.clear_request_log()

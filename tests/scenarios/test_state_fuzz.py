@@ -19,14 +19,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, given
 from hypothesis import strategies as st
 
 from extender.allocator.features import Features
@@ -43,14 +42,9 @@ from extender.server import make_app
 from extender.settings import Settings
 from extender.validation import InvalidObject, problems, validate
 from tests.conftest import JSON_HEADERS
+from tests.fuzzing import fuzz_settings
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "120"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings("FUZZ_EXAMPLES", 120, HealthCheck.function_scoped_fixture)
 V1 = "resource.k8s.io/v1"
 GPU = "gpu.example.com"
 NODES = ["node-1", "node-2"]

@@ -11,34 +11,21 @@ bytes. Seeded (`derandomize`) and bounded for CI (a few seconds). A longer run:
 
 from __future__ import annotations
 
-import asyncio
-import copy
 import logging
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
 
 from extender.cluster.sample import sample_objects
-from extender.cluster.state import ClusterState
-from extender.server import make_app
 from extender.settings import Settings
-from extender.wiring import build_services
-from tests.conftest import JSON_HEADERS
+from tests.fuzzing import fuzz_settings
+from tests.server.sample_app import Served, served_app
 
-EXAMPLES = int(os.environ.get("DRA_FUZZ_EXAMPLES", "250"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings("DRA_FUZZ_EXAMPLES", 250, HealthCheck.data_too_large)
 
 _OBJECTS = sample_objects()
 NODE_NAMES = sorted(o["metadata"]["name"] for o in _OBJECTS if o["kind"] == "Node")
@@ -152,56 +139,10 @@ def bodies(args: st.SearchStrategy[Any]) -> st.SearchStrategy[bytes]:
 
 
 # ---------------------------------------------------------------------- the server under test
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-class Served:
-    """The real app over the sample cluster on a private loop, shared by all examples of a test."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        placement, binder = build_services(Settings(), ClusterState.from_objects(copy.deepcopy(_OBJECTS)))
-        app = make_app(Settings(), placement=placement, binder=binder, registry=CollectorRegistry())
-
-        async def start() -> TestClient[Any, Any]:
-            client: TestClient[Any, Any] = TestClient(TestServer(app), headers=JSON_HEADERS)
-            await client.start_server()
-            return client
-
-        self.client = self.loop.run_until_complete(start())
-        self.logs = _Records()
-
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        async def call() -> tuple[int, bytes]:
-            resp = await self.client.post(path, data=body)
-            return resp.status, await resp.read()
-
-        return self.loop.run_until_complete(call())
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.client.close())
-        self.loop.close()
-
-
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    server = Served()
-    watched = [logging.getLogger(name) for name in ("extender", "aiohttp", "asyncio")]
-    levels = [logger.level for logger in watched]
-    for logger in watched:  # other tests may leave the root at ERROR: see warnings and errors here
-        logger.setLevel(logging.WARNING)
-        logger.addHandler(server.logs)
-    yield server
-    for logger, level in zip(watched, levels, strict=True):
-        logger.removeHandler(server.logs)
-        logger.setLevel(level)
-    server.close()
+    with served_app(Settings()) as server:
+        yield server
 
 
 GOOD_POD = {"metadata": {"name": "fuzz-probe", "namespace": "default", "uid": "uid-probe"}, "spec": {}}
@@ -209,7 +150,7 @@ GOOD_POD = {"metadata": {"name": "fuzz-probe", "namespace": "default", "uid": "u
 
 def _check(served: Served, status: int, answer: bytes) -> None:
     assert status < 500, f"HTTP {status}: {answer[:300]!r}"
-    bad = [r for r in served.logs.records if r.levelno >= logging.ERROR or r.exc_info]
+    bad = [r for r in served.records if r.levelno >= logging.ERROR or r.exc_info]
     assert not bad, [f"{r.name} {r.levelname}: {r.getMessage()}" for r in bad]
     # The next good request is answered correctly: a pod without claims passes every node given.
     nodes = ["h100-node-01", "cpu-node-01"]
@@ -224,7 +165,7 @@ def test_fuzzed_extender_args_never_crash(served: Served, verb: str) -> None:
     @FUZZ
     @given(body=bodies(extender_args))
     def run(body: bytes) -> None:
-        served.logs.records.clear()  # each example is judged by its own log records
+        served.records.clear()  # each example is judged by its own log records
         status, answer = served.post(f"/{verb}", body)
         if status == 200 and verb == "filter":
             assert "internal error" not in orjson.loads(answer)["Error"]
@@ -237,7 +178,7 @@ def test_fuzzed_binding_args_never_crash(served: Served) -> None:
     @FUZZ
     @given(body=bodies(binding_args))
     def run(body: bytes) -> None:
-        served.logs.records.clear()
+        served.records.clear()
         status, answer = served.post("/bind", body)
         if status == 200:
             assert "internal error" not in orjson.loads(answer)["Error"]

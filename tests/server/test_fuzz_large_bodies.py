@@ -12,91 +12,36 @@ drawn element by element, so a 100,000-name list costs one draw. Seeded and boun
 
 from __future__ import annotations
 
-import asyncio
-import copy
 import logging
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
 
-from extender.cluster.sample import sample_objects
-from extender.cluster.state import ClusterState
 from extender.core import evaluation
-from extender.server import make_app
 from extender.settings import Settings
-from extender.wiring import build_services
+from tests.fuzzing import fuzz_settings
+from tests.server.sample_app import Served, served_app
 
-EXAMPLES = int(os.environ.get("DRA_FUZZ_LARGE_EXAMPLES", "12"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings("DRA_FUZZ_LARGE_EXAMPLES", 12, HealthCheck.data_too_large)
 UNKNOWN = "node does not exist in the cluster state"
 SAMPLE_CLAIM = {"name": "devices", "resourceClaimName": "gpu-training-devices-vbdcr"}
 KNOWN = ["h100-node-01", "l40s-node-01", "cpu-node-01"]
 
 
-class Served:
-    """The real app over the sample cluster on a private loop, shared by a module's examples."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.settings = Settings(max_body_bytes=64 * 2**20)
-        self.placement, binder = build_services(
-            self.settings, ClusterState.from_objects(copy.deepcopy(sample_objects()))
-        )
-        app = make_app(self.settings, placement=self.placement, binder=binder, registry=CollectorRegistry())
-
-        async def start() -> TestClient[Any, Any]:
-            client: TestClient[Any, Any] = TestClient(TestServer(app))
-            await client.start_server()
-            return client
-
-        self.client = self.loop.run_until_complete(start())
-        self.errors: list[logging.LogRecord] = []
-
-    def post(self, path: str, body: bytes) -> tuple[int, Any]:
-        async def call() -> tuple[int, Any]:
-            resp = await self.client.post(path, data=body, headers={"Content-Type": "application/json"})
-            return resp.status, orjson.loads(await resp.read())
-
-        return self.loop.run_until_complete(call())
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.client.close())
-        self.loop.close()
-        self.placement.worker.close()
-
-
-class _Errors(logging.Handler):
-    def __init__(self, served: Served) -> None:
-        super().__init__(logging.ERROR)
-        self.served = served
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.served.errors.append(record)
-
-
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    server = Served()
-    handler = _Errors(server)
-    watched = [logging.getLogger(name) for name in ("extender", "aiohttp", "asyncio")]
-    for logger in watched:
-        logger.addHandler(handler)
-    yield server
-    for logger in watched:
-        logger.removeHandler(handler)
-    server.close()
+    with served_app(Settings(max_body_bytes=64 * 2**20)) as server:
+        yield server
+
+
+def _post(served: Served, path: str, args: Any) -> tuple[int, Any]:
+    """POST the JSON of `args`; the status and the decoded answer."""
+    status, answer = served.post(path, orjson.dumps(args))
+    return status, orjson.loads(answer)
 
 
 @st.composite
@@ -132,7 +77,8 @@ def big_pods(draw: st.DrawFn) -> dict[str, Any]:
 
 def _answered(served: Served, status: int, answer: Any) -> None:
     assert status < 500, f"HTTP {status}: {str(answer)[:300]}"
-    assert not served.errors, [f"{r.name}: {r.getMessage()}" for r in served.errors]
+    errors = [r for r in served.records if r.levelno >= logging.ERROR]
+    assert not errors, [f"{r.name}: {r.getMessage()}" for r in errors]
     evaluations = served.placement.evaluations
     assert evaluations.bytes <= evaluation.EVALUATION_CACHE_BYTES
     assert evaluations.seen_bytes <= evaluation.PODS_SEEN_BYTES
@@ -143,12 +89,12 @@ def test_huge_name_lists_are_answered_in_time(served: Served, field: str) -> Non
     @FUZZ
     @given(names=name_lists(), pod=big_pods())
     def run(names: list[str], pod: dict[str, Any]) -> None:
-        served.errors.clear()
+        served.records.clear()
         if field == "NodeNames":
             args: dict[str, Any] = {"Pod": pod, "NodeNames": names}
         else:
             args = {"Pod": pod, "Nodes": {"items": [{"metadata": {"name": n}} for n in names]}}
-        status, answer = served.post("/filter", orjson.dumps(args))
+        status, answer = _post(served, "/filter", args)
         _answered(served, status, answer)
         assert answer["Error"] == "", answer["Error"][:300]  # within its deadline, no timeout
         unknown = {n for n in names if n not in KNOWN}
@@ -159,7 +105,7 @@ def test_huge_name_lists_are_answered_in_time(served: Served, field: str) -> Non
             else [n["metadata"]["name"] for n in answer["Nodes"]["items"]]
         )
         assert set(passed or []) <= {"h100-node-01"}
-        status, scores = served.post("/prioritize", orjson.dumps(args))
+        status, scores = _post(served, "/prioritize", args)
         _answered(served, status, scores)
         assert status == 200 and len(scores) == len(names)
         assert all(s["Score"] == 0 for s in scores if s["Host"] != "h100-node-01")
@@ -171,8 +117,8 @@ def test_pods_with_huge_metadata_are_answered_and_not_kept_whole(served: Served)
     @FUZZ
     @given(pod=big_pods())
     def run(pod: dict[str, Any]) -> None:
-        served.errors.clear()
-        status, answer = served.post("/filter", orjson.dumps({"Pod": pod, "NodeNames": KNOWN}))
+        served.records.clear()
+        status, answer = _post(served, "/filter", {"Pod": pod, "NodeNames": KNOWN})
         _answered(served, status, answer)
         assert answer["Error"] == "" and answer["NodeNames"] == ["h100-node-01"]
 
