@@ -50,10 +50,11 @@ class PodResourceClaimStatus(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class ExtendedClaim:
     """The claim the scheduler would create for a pod's DRA-backed extended resources on one kind
-    of node (`extender.core.extended`); equal when it covers the same resources (the pod and the
-    classes are the rest of an evaluation's key)."""
+    of node (`extender.core.extended`); equal when it asks for the same devices (part of an
+    evaluation's key)."""
 
     resources: tuple[str, ...]  # the pod's resources DRA serves on these nodes, sorted
+    requests: tuple[tuple[str, str, int], ...]  # (request, class, count) of each of its requests
     source: Obj = field(compare=False, hash=False)  # the in-memory ResourceClaim object
     #: `status.extendedResourceClaimStatus.requestMappings` entries (API field names).
     mappings: tuple[Mapping[str, str], ...] = field(default=(), compare=False, hash=False)

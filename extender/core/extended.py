@@ -481,6 +481,7 @@ def variant(pod: Pod, needs: Needs, resources: tuple[str, ...]) -> Pod:
     requests, mappings = requests_and_mappings(needs, resources)
     claim = ExtendedClaim(
         resources=resources,
+        requests=tuple((r["name"], r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in requests),
         source=claim_object(pod, requests, resources),
         mappings=tuple(m.to_api() for m in mappings),
     )
