@@ -421,6 +421,14 @@ def stale_claim(pod: Pod, state: ClusterState) -> Obj | None:
     return None
 
 
+def holds_for(claim: Obj, pod_uid: str) -> bool:
+    """The claim is allocated and reserved for the pod."""
+    status = claim.get("status") or {}
+    return bool(status.get("allocation")) and any(
+        isinstance(r, dict) and r.get("uid") == pod_uid for r in status.get("reservedFor") or ()
+    )
+
+
 def claim_object(pod: Pod, requests: list[dict[str, Any]], resources: tuple[str, ...]) -> Obj:
     """The in-memory claim (preFilterExtendedResources) with this node kind's requests. Its UID
     is a stand-in until the claim is created (upstream's is a random one)."""
@@ -491,6 +499,11 @@ def variant(pod: Pod, needs: Needs, resources: tuple[str, ...]) -> Pod:
 def for_node(pod: Pod, node: str, state: ClusterState) -> Pod | str | None:
     """The variant bind uses on `node`, the reason the pod cannot go there, or None when the pod
     is not an extended-resource pod."""
+    made = stale_claim(pod, state)
+    if made is not None and holds_for(made, pod.uid):
+        # Its profile's DynamicResources plugin created and allocated it at PreBind, before this
+        # bind (a profile this extender only binds for): nothing is left to create.
+        return pod
     found = split(pod, [node], state)
     if found is None:
         return None

@@ -244,8 +244,12 @@ class KubeBinder:
                     f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds)", TIMEOUT
                 ) from None
         try:
-            for write in writes:
+            for write in list(writes):
                 if write.create is not None:
+                    if await self._claim_already_made(namespace, name, pod_uid):
+                        writes.remove(write)
+                        await worker.run(_forget_all, self._placement.assumed, [write.uid], "")
+                        continue
                     await self._create_claim(write, consumer, assumed)
                 await self._write_claim(write, consumer)
             extended_status = _extended_status(writes, mappings)
@@ -433,6 +437,22 @@ class KubeBinder:
             _rekey, self._placement.assumed, stand_in, write.uid, write.allocation, consumer["uid"]
         )
         assumed.append(write.uid)
+
+    async def _claim_already_made(self, namespace: str, name: str, pod_uid: str) -> bool:
+        """True if the pod's status already names an extended-resource claim that is allocated
+        and reserved for it: a profile whose DynamicResources plugin made it at PreBind, just
+        before this bind, faster than the watch showed it. Read from the API, never the state."""
+        raw = await self._call(self._core.read_namespaced_pod, name, namespace, _preload_content=False)
+        status = (api.read_json(raw).get("status") or {}).get("extendedResourceClaimStatus") or {}
+        claim_name = status.get("resourceClaimName")
+        if not claim_name:
+            return False
+        probe = _ClaimWrite(namespace, str(claim_name), "", allocation=None, current=None)
+        try:
+            claim = await self._read_claim(probe)
+        except BindFailure:
+            return False
+        return extended.holds_for(claim, pod_uid)
 
     async def _patch_pod_status(self, namespace: str, name: str, status: Obj) -> None:
         """Record the created claim in `status.extendedResourceClaimStatus` (upstream's

@@ -19,6 +19,7 @@ from tests.kube.cluster import (
     NAMESPACE,
     Harness,
     allocated_devices,
+    allocation,
     device_class,
     gpu_slice,
     node,
@@ -164,3 +165,61 @@ async def test_another_profiles_pod_gets_no_claim_from_us(fake_api: FakeApiServe
         assert await h.bind("p1", "n1") == ("", OK)
         assert (CREATE_CLAIM in writes(fake_api)) == places
         assert len(extended_claims(fake_api)) == (1 if places else 0)
+
+
+@pytest.mark.parametrize("watch_lags", [False, True])
+async def test_a_claim_the_in_tree_plugin_made_at_prebind_is_not_made_twice(
+    fake_api: FakeApiServer, watch_lags: bool
+):
+    """A default-scheduler pod in allocator mode: its DynamicResources plugin created, allocated
+    and recorded the claim at PreBind, then the scheduler calls our bind. Whether or not the
+    watch shows that claim yet, the bind creates nothing and only binds."""
+    seed(fake_api)
+    async with Harness(fake_api) as h:
+        if watch_lags:
+            fake_api.stall_watches("ResourceClaim")
+        uid = h.pod("p1")["metadata"]["uid"]
+        made = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {
+                "name": "p1-extended-resources-x7k2p",
+                "namespace": NAMESPACE,
+                "annotations": {CLAIM_ANNOTATION: "true"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": uid, "controller": True}
+                ],
+                "finalizers": [DELETE_PROTECTION_FINALIZER],
+            },
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "container-0-request-0",
+                            "exactly": {"deviceClassName": GPU_CLASS, "count": 2},
+                        }
+                    ]
+                }
+            },
+            "status": {
+                "allocation": allocation("n1", ["gpu-2", "gpu-3"], request="container-0-request-0"),
+                "reservedFor": [{"resource": "pods", "name": "p1", "uid": uid}],
+            },
+        }
+        fake_api.put_object(made)
+        recorded = h.pod("p1")
+        recorded["status"]["extendedResourceClaimStatus"] = {
+            "requestMappings": [
+                {"containerName": "main", "resourceName": RESOURCE, "requestName": "container-0-request-0"}
+            ],
+            "resourceClaimName": made["metadata"]["name"],
+        }
+        fake_api.put_object(recorded)
+        if not watch_lags:
+            await h.caught_up()
+        fake_api.clear_request_log()
+        assert await h.bind("p1", "n1") == ("", OK)
+        assert writes(fake_api) == [BINDING]
+        assert [c["metadata"]["name"] for c in extended_claims(fake_api)] == [made["metadata"]["name"]]
+        if watch_lags:
+            fake_api.unstall("ResourceClaim")
