@@ -116,11 +116,14 @@ class InMemoryBinder:
         claims, allocations = choice.claims, choice.allocations
         consumer = {"resource": "pods", "name": pod.name or name, "uid": pod.uid or uid}
         created: Obj | None = None
+        written: list[str] = []  # namespace/name of each claim allocated (the created one's real name)
         for claim, allocation in zip(claims.pending, allocations, strict=True):
-            source = claim.source
+            source, ref = claim.source, claim.ref
             if choice.extended is not None and source is choice.extended.source:
                 source = created = extended.created(source, self._state)
+                ref = f"{claim.namespace}/{created['metadata']['name']}"
             self._state.upsert(_allocated_claim(source, allocation.allocation, consumer))
+            written.append(ref)
         for claim in claims.allocated:
             original = self._state.get("ResourceClaim", claim.name, claim.namespace)
             if original is not None:
@@ -141,7 +144,8 @@ class InMemoryBinder:
             node,
             len(allocations),
             ", ".join(
-                f"{a.claim.ref}=[{', '.join(r.device.id.device for r in a.devices)}]" for a in allocations
+                f"{ref}=[{', '.join(r.device.id.device for r in a.devices)}]"
+                for ref, a in zip(written, allocations, strict=True)
             ),
         )
         return ""
