@@ -100,7 +100,8 @@ def choose_for_bind(
     node_obj = placement.index().nodes.get(node)
     if node_obj is None:
         raise BindRefusal(wording.node_gone.format(node=node), NODE_GONE)
-    if extended_resources:  # False for a profile whose DynamicResources plugin made the claim
+    # False for a profile whose DynamicResources plugin made the claim, or with the gate off.
+    if extended_resources and placement.features.extended_resource:
         found = extended.for_node(pod, node, placement.state)
         if isinstance(found, str):
             raise BindRefusal(f"pod {ref} cannot be bound to node {node}: {found}", NO_FIT)

@@ -131,7 +131,7 @@ class Placement:
 
     # ----------------------------------------------------------------- verbs
     def filter(self, pod: Pod, node_names: list[str]) -> FilterVerdict:
-        parts = extended.split(pod, node_names, self.state)
+        parts = self.extended_parts(pod, node_names)
         if parts is None:
             return self.filter_verdict(pod, self.evaluate(pod, node_names), node_names)
         # An extended-resource pod: one verdict per kind of node (what DRA serves there).
@@ -168,12 +168,17 @@ class Placement:
                 verdict.unresolvable[name] = outcome.reason
         return verdict
 
+    def extended_parts(self, pod: Pod, node_names: list[str]) -> extended.Split | None:
+        """The pod split by what DRA serves on each node, if it asks for extended resources a
+        DeviceClass maps and the DRAExtendedResource gate is on (`extended.split`)."""
+        return extended.split(pod, node_names, self.state) if self.features.extended_resource else None
+
     def prioritize(self, pod: Pod, node_names: list[str]) -> list[HostScore]:
         """0..10 per node from the topology score of its best device set; failed nodes get 0.
 
         Pods without pending claims (nothing to choose) score 0 everywhere, like upstream.
         """
-        parts = extended.split(pod, node_names, self.state)
+        parts = self.extended_parts(pod, node_names)
         by_node: dict[str, int] = {}
         for part, names in parts.parts if parts is not None else [(pod, node_names)]:
             evaluation = self.evaluate(part, names)

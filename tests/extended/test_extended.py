@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from extender.allocator.features import Features
 from extender.cluster.state import ClusterState
 from extender.core import binding, extended
+from extender.core.assumed import AssumeCache
 from extender.core.binding import IN_MEMORY, BindRefusal
+from extender.core.placement import Placement
 from extender.objects import Obj
 from extender.pods import Pod, parse_pod
 from tests.core import small_cluster as c
@@ -249,3 +252,17 @@ def test_a_claim_left_from_an_earlier_cycle_fails_every_node() -> None:
     verdict = c.placement(cluster(stale)).filter(gpu_pod(limits("main", {GPU: "2"})), ["dra", "dp"])
     assert verdict.passed == []
     assert verdict.failed["dra"].startswith(extended.STALE_CLAIM)  # Unschedulable: FailedNodes
+
+
+def test_with_the_gate_off_extended_resources_are_not_ours() -> None:
+    """DRAExtendedResource=false: upstream's plugin and NodeResourcesFit ignore the mapping;
+    the pod has nothing for the extender (every node passes, bind writes nothing)."""
+    placement = Placement(
+        ClusterState.from_objects(cluster()),
+        features=Features.from_gates({"DRAExtendedResource": False}),
+        assumed=AssumeCache(clock=lambda: 0.0),
+    )
+    pod = gpu_pod(limits("main", {GPU: "2"}))
+    assert placement.filter(pod, ["dra", "empty"]).passed == ["dra", "empty"]
+    choice = binding.choose_for_bind(placement, pod, "dra", wording=IN_MEMORY)
+    assert choice.extended is None and choice.allocations == []
