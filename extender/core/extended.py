@@ -377,24 +377,47 @@ def _container_request(
 # ---------------------------------------------------------------------- per node
 
 
-def node_resources(needs: Needs, node: Obj | None) -> tuple[str, ...] | str:
+def node_resources(needs: Needs, listed: Mapping[str, Mapping[str, int]], node: str) -> tuple[str, ...] | str:
     """The pod's resources DRA serves on this node, sorted, or why the node cannot run the pod
-    (`filterExtendedResources`)."""
-    status = (node or {}).get("status")
-    allocatable = status.get("allocatable") if isinstance(status, dict) else None
-    listed = allocatable if isinstance(allocatable, dict) else {}
+    (`filterExtendedResources`). `listed` is `allocatable_index`'s."""
     dra: list[str] = []
     for resource in sorted(needs.totals):
-        advertised = resource in listed
-        amount = _amount(listed.get(resource)) if advertised else 0
-        if resource in needs.classes and amount == 0:
+        amount = listed.get(resource, _NONE).get(node)
+        if resource in needs.classes and not amount:
             dra.append(resource)
-        elif not advertised:
+        elif amount is None:
             return (
                 f"{CANNOT_FIT} {resource}: the node does not advertise it in status.allocatable "
                 "and no DeviceClass maps it"
             )
     return tuple(dra)
+
+
+_NONE: Mapping[str, int] = {}
+_allocatable: dict[int, tuple[ClusterState, int, dict[str, dict[str, int]]]] = {}
+
+
+def allocatable_index(state: ClusterState) -> Mapping[str, Mapping[str, int]]:
+    """DRA-style extended resource -> {node: its `status.allocatable` amount} for the nodes
+    that list it; built once per devices generation (Nodes are device-side objects), so a call
+    reads dicts instead of parsing every node's quantities."""
+    entry = _allocatable.get(id(state))
+    if entry is not None and entry[0] is state and entry[1] == state.devices_generation:
+        return entry[2]
+    index: dict[str, dict[str, int]] = {}
+    for node in state.iter("Node"):
+        name = (node.get("metadata") or {}).get("name")
+        status = node.get("status")
+        allocatable = status.get("allocatable") if isinstance(status, dict) else None
+        if not isinstance(name, str) or not isinstance(allocatable, dict):
+            continue
+        for resource, value in allocatable.items():
+            if isinstance(resource, str) and is_dra_extended_name(resource):
+                index.setdefault(resource, {})[name] = _amount(value)
+    if len(_allocatable) > 8:
+        _allocatable.clear()
+    _allocatable[id(state)] = (state, state.devices_generation, index)
+    return index
 
 
 def _amount(value: Any) -> int:
@@ -404,21 +427,30 @@ def _amount(value: Any) -> int:
         return 0
 
 
+_owned: dict[int, tuple[ClusterState, int, dict[tuple[str, str, str], Obj]]] = {}
+
+
 def stale_claim(pod: Pod, state: ClusterState) -> Obj | None:
     """The pod's extended-resource claim from an earlier cycle (`findExtendedResourceClaim`):
-    annotated, with the pod as controller owner."""
+    annotated, with the pod as controller owner. The annotated claims are indexed by
+    (namespace, owner name, owner UID) once per claims generation."""
     if not pod.uid:
         return None
-    for claim in state.iter("ResourceClaim"):
-        meta = claim.get("metadata") or {}
-        if (meta.get("namespace") or "default") != pod.namespace:
-            continue
-        if (meta.get("annotations") or {}).get(CLAIM_ANNOTATION) != "true":
-            continue
-        for owner in meta.get("ownerReferences") or ():
-            if owner.get("name") == pod.name and owner.get("controller") and owner.get("uid") == pod.uid:
-                return claim
-    return None
+    entry = _owned.get(id(state))
+    if entry is None or entry[0] is not state or entry[1] != state.claims_generation:
+        index: dict[tuple[str, str, str], Obj] = {}
+        for claim in state.iter("ResourceClaim"):
+            meta = claim.get("metadata") or {}
+            if (meta.get("annotations") or {}).get(CLAIM_ANNOTATION) != "true":
+                continue
+            for owner in meta.get("ownerReferences") or ():
+                if isinstance(owner, dict) and owner.get("controller"):
+                    key = (meta.get("namespace") or "default", str(owner.get("name")), str(owner.get("uid")))
+                    index.setdefault(key, claim)
+        if len(_owned) > 8:
+            _owned.clear()
+        entry = _owned[id(state)] = (state, state.claims_generation, index)
+    return entry[2].get((pod.namespace, pod.name, pod.uid))
 
 
 def holds_for(claim: Obj, pod_uid: str) -> bool:
@@ -473,8 +505,9 @@ def split(pod: Pod, names: list[str], state: ClusterState) -> Split | None:
         return Split([], dict.fromkeys(names, NodeVerdict(FAILED, why)))
     groups: dict[tuple[str, ...], list[str]] = {}
     refused: dict[str, NodeVerdict] = {}
+    listed = allocatable_index(state)
     for name in dict.fromkeys(names):
-        outcome = node_resources(needs, state.get("Node", name))
+        outcome = node_resources(needs, listed, name)
         if isinstance(outcome, str):
             refused[name] = NodeVerdict(FAILED, outcome)
         else:
