@@ -26,7 +26,7 @@ import logging
 from extender import profiles
 from extender.claims import DELETE_PROTECTION_FINALIZER, resolve_pod_claims
 from extender.cluster.state import ClusterState
-from extender.core import binding
+from extender.core import binding, extended
 from extender.core.evaluation import PODS_SEEN_SIZE
 from extender.core.placement import Placement
 from extender.errors import AllocationError
@@ -107,13 +107,23 @@ class InMemoryBinder:
             if refusal:
                 return refusal
         try:
-            choice = self._placement.choose_for_bind(pod, node, wording=binding.IN_MEMORY)
+            choice = self._placement.choose_for_bind(
+                pod, node, wording=binding.IN_MEMORY,
+                extended_resources=profiles.places(self._scheduler_names, pod),
+            )  # fmt: skip
         except binding.BindRefusal as exc:
             return exc.message
         claims, allocations = choice.claims, choice.allocations
         consumer = {"resource": "pods", "name": pod.name or name, "uid": pod.uid or uid}
+        created: Obj | None = None
+        written: list[str] = []  # namespace/name of each claim allocated (the created one's real name)
         for claim, allocation in zip(claims.pending, allocations, strict=True):
-            self._state.upsert(_allocated_claim(claim.source, allocation.allocation, consumer))
+            source, ref = claim.source, claim.ref
+            if choice.extended is not None and source is choice.extended.source:
+                source = created = extended.created(source, self._state)
+                ref = f"{claim.namespace}/{created['metadata']['name']}"
+            self._state.upsert(_allocated_claim(source, allocation.allocation, consumer))
+            written.append(ref)
         for claim in claims.allocated:
             original = self._state.get("ResourceClaim", claim.name, claim.namespace)
             if original is not None:
@@ -122,6 +132,10 @@ class InMemoryBinder:
         bound.setdefault("kind", "Pod")
         bound.setdefault("metadata", {}).setdefault("namespace", namespace)
         bound.setdefault("spec", {})["nodeName"] = node
+        if created is not None and choice.extended is not None:
+            bound.setdefault("status", {})["extendedResourceClaimStatus"] = extended.pod_status(
+                created["metadata"]["name"], choice.extended.mappings
+            )
         self._state.upsert(bound)
         log.info(
             "bound pod %s/%s to %s, allocated %d claim(s): %s",
@@ -130,7 +144,8 @@ class InMemoryBinder:
             node,
             len(allocations),
             ", ".join(
-                f"{a.claim.ref}=[{', '.join(r.device.id.device for r in a.devices)}]" for a in allocations
+                f"{ref}=[{', '.join(r.device.id.device for r in a.devices)}]"
+                for ref, a in zip(written, allocations, strict=True)
             ),
         )
         return ""

@@ -170,6 +170,8 @@ def resolve_pod_claims(pod: Pod, state: ClusterState, *, assumed: dict[str, Obj]
                 result.problem = problem
                 return result
             result.pending.append(parse_resource_claim(claim))
+    if pod.extended is not None:  # the extended-resource claim comes last, as in upstream's claim store
+        result.pending.append(parse_resource_claim(pod.extended.source))
     return result
 
 

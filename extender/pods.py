@@ -47,6 +47,19 @@ class PodResourceClaimStatus(NamedTuple):
     resource_claim_name: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class ExtendedClaim:
+    """The claim the scheduler would create for a pod's DRA-backed extended resources on one kind
+    of node (`extender.core.extended`); equal when it asks for the same devices (part of an
+    evaluation's key)."""
+
+    resources: tuple[str, ...]  # the pod's resources DRA serves on these nodes, sorted
+    requests: tuple[tuple[str, str, int], ...]  # (request, class, count) of each of its requests
+    source: Obj = field(compare=False, hash=False)  # the in-memory ResourceClaim object
+    #: `status.extendedResourceClaimStatus.requestMappings` entries (API field names).
+    mappings: tuple[Mapping[str, str], ...] = field(default=(), compare=False, hash=False)
+
+
 class WorkloadRef(NamedTuple):
     """`spec.workloadRef` (Kubernetes 1.35 Workload API); each part '' when unset."""
 
@@ -72,6 +85,9 @@ class Pod:
     resource_claim_statuses: tuple[PodResourceClaimStatus, ...] = ()  # idem
     pod_group_name: str = ""  # spec.schedulingGroup.podGroupName (1.36 PodGroup API)
     workload_ref: WorkloadRef | None = None  # spec.workloadRef with a name
+    #: Set on the per-node-kind variants of a pod asking for extended resources backed by DRA
+    #: (`extender.core.extended.split`); claim resolution appends it as a pending claim.
+    extended: ExtendedClaim | None = None
     #: The object as received. Only the edges that write the pod back read it (the file-mode
     #: binder stores a bound copy); `problem` validates it.
     source: Obj = field(default_factory=dict, repr=False, compare=False, hash=False)

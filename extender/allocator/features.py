@@ -14,6 +14,7 @@ GATE_DEFAULTS: dict[str, bool] = {
     "DRAAdminAccess": True,
     "DRAConsumableCapacity": True,
     "DRADeviceBindingConditions": True,
+    "DRAExtendedResource": True,  # beta in 1.36 (GA and locked on in 1.37)
     "DRADeviceTaintRules": False,
     "DRADeviceTaints": True,
     "DRAListTypeAttributes": False,
@@ -36,6 +37,8 @@ class Features:
     capacity_names_1_37: bool = False
     consumable_capacity: bool = True
     device_binding_and_status: bool = True
+    #: KEP-5004: pods may ask for extended resources a DeviceClass maps (`core/extended.py`).
+    extended_resource: bool = True
     device_taint_rules: bool = False
     device_taints: bool = True
     list_type_attributes: bool = False
@@ -57,6 +60,7 @@ class Features:
             consumable_capacity=merged["DRAConsumableCapacity"],
             device_binding_and_status=merged["DRADeviceBindingConditions"]
             and merged["DRAResourceClaimDeviceStatus"],
+            extended_resource=merged["DRAExtendedResource"],
             device_taint_rules=merged["DRADeviceTaintRules"] and merged["DRADeviceTaints"],
             device_taints=merged["DRADeviceTaints"],
             list_type_attributes=merged["DRAListTypeAttributes"],

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
 from extender.claims import Claim, PodClaims, allocation_fits_node, resolve_pod_claims
+from extender.core import extended
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
 from extender.core.scoring import FIRST_FIT, PARTITION
 from extender.core.searching import Search
 from extender.core.view import ClusterView
-from extender.pods import Pod
+from extender.pods import ExtendedClaim, Pod
 from extender.verdicts import CLAIM_GONE, NO_FIT, NODE_GONE
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ class BindChoice:
 
     claims: PodClaims
     allocations: list[ClaimAllocation]  # one per `claims.pending`, in that order
+    #: The claim to create for the pod's extended resources (`extender.core.extended`): the
+    #: last of `claims.pending`, named `extended.IN_MEMORY_NAME`; None when there is none.
+    extended: ExtendedClaim | None = None
 
 
 def problem_reason(problem: str) -> str:
@@ -77,6 +81,7 @@ def choose_for_bind(
     *,
     wording: Wording,
     admit_allocated: Callable[[Claim], None] | None = None,
+    extended_resources: bool = True,
 ) -> BindChoice:
     """Resolve the pod's claims, check the node and the claims already allocated, evaluate the pod
     on the node and choose the allocations of its pending claims.
@@ -95,6 +100,14 @@ def choose_for_bind(
     node_obj = placement.index().nodes.get(node)
     if node_obj is None:
         raise BindRefusal(wording.node_gone.format(node=node), NODE_GONE)
+    # False for a profile whose DynamicResources plugin made the claim, or with the gate off.
+    if extended_resources and placement.features.extended_resource:
+        found = extended.for_node(pod, node, placement.state)
+        if isinstance(found, str):
+            raise BindRefusal(f"pod {ref} cannot be bound to node {node}: {found}", NO_FIT)
+        if found is not None:
+            pod = found
+            claims = resolve_pod_claims(pod, placement.state, assumed=placement.assumed.active())
     for claim in claims.allocated:
         if not allocation_fits_node(claim, node_obj):
             raise BindRefusal(f"resourceclaim {claim.ref} not available on node {node}", NO_FIT)
@@ -114,7 +127,7 @@ def choose_for_bind(
         raise BindRefusal(f"pod {ref}: cannot allocate all claims on node {node}", NO_FIT)
     if len(allocations) != len(evaluation.claims.pending):
         raise BindRefusal(f"pod {ref}: the allocator returned no allocation for some claims", NO_FIT)
-    return BindChoice(claims, allocations)
+    return BindChoice(claims, allocations, pod.extended)
 
 
 def choose_allocations(

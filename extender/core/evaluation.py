@@ -161,5 +161,6 @@ def claims_key(pod: Pod) -> tuple[Any, ...]:
     """What a pod's claims are, as far as the pod itself says: namespace, its `resourceClaims`
     entries and `resourceClaimStatuses` (the generated claims' names). Part of the evaluation
     key, because a verdict is about these claims; the claims' contents are covered by the claims
-    generation. Equal pods give equal keys (the entries are tuples)."""
-    return (pod.namespace, pod.resource_claims, pod.resource_claim_statuses)
+    generation. Equal pods give equal keys (the entries are tuples). `extended` tells the variants
+    of an extended-resource pod apart (`extender.core.extended`)."""
+    return (pod.namespace, pod.resource_claims, pod.resource_claim_statuses, pod.extended)

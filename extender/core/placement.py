@@ -28,7 +28,7 @@ from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
 from extender.claims import Claim
 from extender.cluster.state import ClusterState
-from extender.core import binding, gang, observed, scoring, tiers
+from extender.core import binding, extended, gang, observed, scoring, tiers
 from extender.core.assumed import AssumeCache
 from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of
 from extender.core.ranking import KernelMeter, Ranker
@@ -131,7 +131,22 @@ class Placement:
 
     # ----------------------------------------------------------------- verbs
     def filter(self, pod: Pod, node_names: list[str]) -> FilterVerdict:
-        return self.filter_verdict(pod, self.evaluate(pod, node_names), node_names)
+        parts = self.extended_parts(pod, node_names)
+        if parts is None:
+            return self.filter_verdict(pod, self.evaluate(pod, node_names), node_names)
+        # An extended-resource pod: one verdict per kind of node (what DRA serves there).
+        verdicts = [
+            self.filter_verdict(part, self.evaluate(part, names), names) for part, names in parts.parts
+        ]
+        error = next((v.error for v in verdicts if v.error), "")
+        if error:
+            return FilterVerdict(error=error)
+        passed = {name for v in verdicts for name in v.passed}
+        failed = {n: r for v in verdicts for n, r in v.failed.items()}
+        unresolvable = {n: r for v in verdicts for n, r in v.unresolvable.items()}
+        for name, outcome in parts.refused.items():
+            (failed if outcome.status == FAILED else unresolvable)[name] = outcome.reason
+        return FilterVerdict([n for n in dict.fromkeys(node_names) if n in passed], failed, unresolvable)
 
     def filter_verdict(self, pod: Pod, evaluation: PodEvaluation, node_names: list[str]) -> FilterVerdict:
         """Filter's answer from an evaluation that has decided `node_names` (explain reuses it)."""
@@ -153,14 +168,22 @@ class Placement:
                 verdict.unresolvable[name] = outcome.reason
         return verdict
 
+    def extended_parts(self, pod: Pod, node_names: list[str]) -> extended.Split | None:
+        """The pod split by what DRA serves on each node, if it asks for extended resources a
+        DeviceClass maps and the DRAExtendedResource gate is on (`extended.split`)."""
+        return extended.split(pod, node_names, self.state) if self.features.extended_resource else None
+
     def prioritize(self, pod: Pod, node_names: list[str]) -> list[HostScore]:
         """0..10 per node from the topology score of its best device set; failed nodes get 0.
 
         Pods without pending claims (nothing to choose) score 0 everywhere, like upstream.
         """
-        evaluation = self.evaluate(pod, node_names)
-        observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
-        by_node = self.priorities(pod, evaluation, node_names, nominate=True)
+        parts = self.extended_parts(pod, node_names)
+        by_node: dict[str, int] = {}
+        for part, names in parts.parts if parts is not None else [(pod, node_names)]:
+            evaluation = self.evaluate(part, names)
+            observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
+            by_node.update(self.priorities(part, evaluation, names, nominate=True))
         return [HostScore(name, by_node.get(name, 0)) for name in node_names]
 
     def priorities(
@@ -201,9 +224,13 @@ class Placement:
         *,
         wording: binding.Wording,
         admit_allocated: Callable[[Claim], None] | None = None,
+        extended_resources: bool = True,
     ) -> binding.BindChoice:
         """What bind writes for the pod on the node, or `binding.BindRefusal` (see there)."""
-        return binding.choose_for_bind(self, pod, node, wording=wording, admit_allocated=admit_allocated)
+        return binding.choose_for_bind(
+            self, pod, node, wording=wording, admit_allocated=admit_allocated,
+            extended_resources=extended_resources,
+        )  # fmt: skip
 
     # ----------------------------------------------------------------- evaluation
     def evaluate(self, pod: Pod, node_names: list[str]) -> PodEvaluation:

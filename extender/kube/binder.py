@@ -54,7 +54,7 @@ import copy
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -69,7 +69,7 @@ from extender.claims import (
     same_devices,
 )
 from extender.cluster.state import ClusterState
-from extender.core import binding
+from extender.core import binding, extended
 from extender.core.placement import Placement
 from extender.errors import KubeAPIError
 from extender.kube import api
@@ -135,6 +135,10 @@ class _ClaimWrite:
     current: Obj | None  # last version seen (state or server); None: read before writing
     finalizer_added: bool = False
     status_attempted: bool = False
+    #: The claim for the pod's extended resources (`extender.core.extended`): created by this
+    #: bind (`create` is the body) before its allocation is written; deleted by the undo.
+    create: Obj | None = None
+    created: bool = False
 
     @property
     def ref(self) -> str:
@@ -232,14 +236,26 @@ class KubeBinder:
         deadline = self._placement.filter_timeout_seconds
         async with self._choose_lock:
             try:  # dropped only before it starts: the choose step assumes devices
-                writes, assumed = await worker.run(self._choose, pod, node, consumer, start_timeout=deadline)
+                writes, assumed, mappings = await worker.run(
+                    self._choose, pod, node, consumer, start_timeout=deadline
+                )
             except WorkTimeout as exc:
                 raise BindFailure(
                     f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds)", TIMEOUT
                 ) from None
         try:
-            for write in writes:
+            for write in list(writes):
+                if write.create is not None:
+                    if await self._claim_already_made(namespace, name, pod_uid):
+                        writes.remove(write)
+                        await worker.run(_forget_all, self._placement.assumed, [write.uid], "")
+                        continue
+                    await self._create_claim(write, consumer, assumed)
                 await self._write_claim(write, consumer)
+            extended_status = _extended_status(writes, mappings)
+            if extended_status is not None:
+                self._check_leader()
+                await self._patch_pod_status(namespace, name, extended_status)
             self._check_leader()
             await self._create_binding(namespace=namespace, name=name, uid=pod_uid, node=node)
         except BaseException:
@@ -261,14 +277,17 @@ class KubeBinder:
             ", ".join(w.ref for w in writes if w.allocation is None) or "no shared claims",
         )
 
-    def _choose(self, pod: Pod, node: str, consumer: dict[str, str]) -> tuple[list[_ClaimWrite], list[str]]:
+    def _choose(
+        self, pod: Pod, node: str, consumer: dict[str, str]
+    ) -> tuple[list[_ClaimWrite], list[str], tuple[Mapping[str, str], ...]]:
         """Decide what to write and assume the chosen devices; runs under `_choose_lock`.
 
         Everything here is synchronous on purpose: no other bind can interleave between the
         evaluation and the `assume` calls.
         """
         self._prune_assumed()
-        if not profiles.places(self._scheduler_names, pod):
+        ours = profiles.places(self._scheduler_names, pod)
+        if not ours:
             claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
             refusal = profiles.bind_refusal(self._scheduler_names, pod, claims)
             if refusal:
@@ -282,7 +301,7 @@ class KubeBinder:
 
         try:
             choice = self._placement.choose_for_bind(
-                pod, node, wording=binding.WATCHED, admit_allocated=admit
+                pod, node, wording=binding.WATCHED, admit_allocated=admit, extended_resources=ours
             )
         except binding.BindRefusal as exc:
             raise BindFailure(exc.message, exc.reason) from None
@@ -294,16 +313,22 @@ class KubeBinder:
         for claim, chosen in zip(choice.claims.pending, choice.allocations, strict=True):
             self._placement.assumed.assume(claim.uid, chosen.allocation, pod_uid=consumer["uid"])
             assumed.append(claim.uid)
+            create = (
+                extended.for_create(claim.source)
+                if choice.extended is not None and claim.source is choice.extended.source
+                else None
+            )
             writes.append(
                 _ClaimWrite(
                     namespace=claim.namespace,
                     name=claim.name,
                     uid=claim.uid,
                     allocation=chosen.allocation,
-                    current=claim.source,
+                    current=claim.source if create is None else None,
+                    create=create,
                 )
             )
-        return writes, assumed
+        return writes, assumed, choice.extended.mappings if choice.extended is not None else ()
 
     def _reservation(self, claim: Claim, consumer: dict[str, str]) -> _ClaimWrite | None:
         """The write that adds the pod to an allocated claim's reservedFor (None: already there)."""
@@ -389,8 +414,103 @@ class KubeBinder:
             CONFLICT,
         )
 
+    async def _create_claim(self, write: _ClaimWrite, consumer: dict[str, str], assumed: list[str]) -> None:
+        """Create the pod's extended-resource claim (`createExtendedResourceClaimInAPI`); its
+        assumed allocation moves from the stand-in UID to the UID the API server gave it."""
+        self._check_leader()
+        body = client.ResourceV1ResourceClaim.from_dict(_with_type(write.create or {}))
+        attributes = {
+            "k8s.resource": "resourceclaims",
+            "k8s.object": f"{write.namespace}/",
+            "k8s.call": "create_namespaced_resource_claim",
+        }
+        with telemetry.span(telemetry.SPAN_API_WRITE, **attributes):
+            raw = await self._call(
+                self._resource.create_namespaced_resource_claim, write.namespace, body, _preload_content=False
+            )
+        created = api.read_json(raw)
+        meta = created.get("metadata") or {}
+        stand_in, write.name, write.uid = write.uid, str(meta.get("name", "")), str(meta.get("uid", ""))
+        write.current, write.created = created, True
+        assert write.allocation is not None  # a created claim is always one this bind allocates
+        await self._placement.worker.run(
+            _rekey, self._placement.assumed, stand_in, write.uid, write.allocation, consumer["uid"]
+        )
+        assumed.append(write.uid)
+
+    async def _claim_already_made(self, namespace: str, name: str, pod_uid: str) -> bool:
+        """True if the pod's status already names an extended-resource claim that is allocated
+        and reserved for it: a profile whose DynamicResources plugin made it at PreBind, just
+        before this bind, faster than the watch showed it. Read from the API, never the state."""
+        raw = await self._call(self._core.read_namespaced_pod, name, namespace, _preload_content=False)
+        status = (api.read_json(raw).get("status") or {}).get("extendedResourceClaimStatus") or {}
+        claim_name = status.get("resourceClaimName")
+        if not claim_name:
+            return False
+        probe = _ClaimWrite(namespace, str(claim_name), "", allocation=None, current=None)
+        try:
+            claim = await self._read_claim(probe)
+        except BindFailure:
+            return False
+        return extended.holds_for(claim, pod_uid)
+
+    async def _patch_pod_status(self, namespace: str, name: str, status: Obj) -> None:
+        """Record the created claim in `status.extendedResourceClaimStatus` (upstream's
+        `patchPodExtendedResourceClaimStatus`: a strategic merge patch of pods/status)."""
+        attributes = {"k8s.resource": "pods/status", "k8s.object": f"{namespace}/{name}"}
+        try:
+            with telemetry.span(telemetry.SPAN_API_WRITE, **attributes):
+                await self._call(
+                    self._core.patch_namespaced_pod_status,
+                    name,
+                    namespace,
+                    {"status": {"extendedResourceClaimStatus": status}},
+                    _content_type="application/strategic-merge-patch+json",
+                    _preload_content=False,
+                )
+        except KubeAPIError as exc:
+            if exc.status == 404:
+                raise BindFailure(f"pod {namespace}/{name} does not exist", POD_GONE) from None
+            raise
+
+    async def _delete_created(self, write: _ClaimWrite) -> None:
+        """Undo of a created claim (`deleteClaim`): drop our finalizer, then delete it."""
+        try:
+            for _ in range(self._max_attempts):
+                current = await self._read_claim(write)
+                if (current.get("metadata") or {}).get("uid") != write.uid:
+                    return
+                if DELETE_PROTECTION_FINALIZER not in _finalizers(current):
+                    break
+                updated = copy.deepcopy(current)
+                updated["metadata"]["finalizers"] = [
+                    f for f in _finalizers(current) if f != DELETE_PROTECTION_FINALIZER
+                ]
+                try:
+                    await self._replace_claim(updated, write)
+                    break
+                except _Conflict:
+                    continue
+            options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=write.uid))
+            await self._call(
+                self._resource.delete_namespaced_resource_claim,
+                write.name,
+                write.namespace,
+                body=options,
+                _preload_content=False,
+            )
+        except BindFailure:
+            return  # already gone
+        except Exception as exc:  # an undo must never mask the failure being answered
+            if isinstance(exc, KubeAPIError) and exc.status == 404:
+                return
+            log.error("bind undo: claim %s: %s; it may be left behind", write.ref, api.describe(exc))
+
     async def _undo(self, write: _ClaimWrite, consumer: dict[str, str]) -> None:
         """Remove what this bind wrote to one claim, and nothing else (see module docstring)."""
+        if write.created:
+            await self._delete_created(write)
+            return
         if not (write.finalizer_added or write.status_attempted):
             return
         # Always re-read: the outcome of the last write may be unknown (timeout, lost answer).
@@ -575,6 +695,18 @@ def _int_version(resource_version: Any) -> int | None:
         return int(resource_version)
     except (TypeError, ValueError):
         return None
+
+
+def _rekey(assumed: Any, stand_in: str, uid: str, allocation: Obj, pod_uid: str) -> None:
+    """Move an assumed allocation to the UID of the claim created for it."""
+    assumed.assume(uid, allocation, pod_uid=pod_uid)
+    assumed.forget(stand_in)
+
+
+def _extended_status(writes: list[_ClaimWrite], mappings: tuple[Mapping[str, str], ...]) -> Obj | None:
+    """`status.extendedResourceClaimStatus` for the claim this bind created (None: none)."""
+    created = next((w for w in writes if w.created), None)
+    return None if created is None else extended.pod_status(created.name, mappings)
 
 
 def _forget_all(assumed: Any, claim_uids: list[str], pod_uid: str) -> None:

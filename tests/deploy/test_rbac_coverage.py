@@ -8,8 +8,9 @@ namespace)`, the vocabulary RBAC authorizes:
   lists and watches every kind until synced;
 - the allocator-mode binder (`extender.kube.binder.KubeBinder`) binds a pod with a pending claim
   (claim update, status update, Binding), binds the same way through a 409 Conflict on the claim
-  (which makes it re-read the claim), and binds a pod without claims that the watch does not
-  keep (which makes it read the pod);
+  (which makes it re-read the claim), binds a pod without claims that the watch does not
+  keep (which makes it read the pod), and binds a pod asking for an extended resource backed by
+  DRA (claim create, pod status patch; a failed Binding first, whose undo deletes the claim);
 - the leader elector (`extender.kube.lease.LeaderElector`) creates, renews and releases its Lease.
 
 Settings (Lease name and namespace) come from deploy/deployment.yaml's own args and env, so the
@@ -133,6 +134,24 @@ CLUSTER: list[Obj] = [
     claim("eval-gpus", count=1),
     pod("train", ["train-gpus"]),
     pod("eval", ["eval-gpus"]),
+    # Extended resources backed by DRA: a class that maps example.com/gpu, and a pod asking for
+    # it in its limits (bind creates its claim, patches the pod's status, deletes the claim on undo).
+    {
+        **device_class(),
+        "metadata": {"name": "gpu-by-resource"},
+        "spec": {**device_class()["spec"], "extendedResourceName": "example.com/gpu"},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "render", "namespace": NAMESPACE},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"limits": {"example.com/gpu": "1"}}}
+            ]
+        },
+        "status": {"phase": "Pending"},
+    },
     # A plain pod of the default profile: extenders see every pod, and the watch keeps only pods
     # with claims, so the binder has to read this one from the API.
     {
@@ -208,7 +227,10 @@ async def _exercise_everything(api: FakeApiServer) -> list[RequestLogEntry]:
         assert await bind("eval") == ("", OK)
         api.on_request = None
         assert await bind("web") == ("", OK)
-        for name in ("train", "eval", "web"):
+        api.fail_next(1, 500, verb="create", resource="pods", subresource="binding")
+        assert (await bind("render"))[1] != OK  # the undo deletes the claim the bind created
+        assert await bind("render") == ("", OK)
+        for name in ("train", "eval", "web", "render"):
             assert api.get_object("Pod", name, NAMESPACE)["spec"]["nodeName"] == "gpu-node-1"  # type: ignore[index]
     finally:
         await elector.stop(release=True)
