@@ -278,6 +278,9 @@ async def test_errors_back_off_and_recover(seeded):
         assert state.count("Node") == _sample_count("Node")
         assert seeded.request_log().count(("list", "", "nodes", "", "")) == 4
         # A broken watch reconnects from its resourceVersion: no relist, and later events still arrive.
+        # The cache can be synced before the Node watch is open; ending no stream would leave the
+        # two injected failures to the first connect, one reconnect short of what is awaited below.
+        await wait_for(lambda: seeded.open_watches("Node") == 1, timeout=LOADED)
         seeded.fail_next(2, 503, verb="watch", resource="Node")
         seeded.end_watches("Node")
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "late-node"}}
