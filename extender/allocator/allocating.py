@@ -324,15 +324,22 @@ class _Search:
                         claim, claim_index, request_index, sub_index, sub, request.name
                     )
                     fewest = data.num_devices if fewest is None else min(fewest, data.num_devices)
-                min_devices += fewest or 0
+                adding = fewest or 0
             elif request.exactly is not None:
                 data = self._validate_request(claim, claim_index, request_index, 0, request.exactly, "")
-                min_devices += data.num_devices
+                adding = data.num_devices
             else:
                 raise AllocationError(
                     f"claim {claim.ref}, request {request.name}: missing device class name "
                     "(unsupported request type?)"
                 )
+            if self.features.v137 and adding > MAX_DEVICES_PER_CLAIM - min_devices:
+                # 1.37 checks the limit per request while adding (v0.37.2 allocator_experimental.go).
+                raise AllocationError(
+                    f"claim {claim.ref}, request {request.name}: adding {adding} devices exceeds "
+                    f"the claim limit of {MAX_DEVICES_PER_CLAIM}, with {min_devices} already accounted for"
+                )
+            min_devices += adding
         if min_devices > MAX_DEVICES_PER_CLAIM:
             raise AllocationError(
                 f"claim {claim.ref}: number of requested devices {min_devices} "
@@ -455,6 +462,11 @@ class _Search:
             except CelCompileError as exc:
                 raise CelCompileError(f"{owner}: selector #{index}: CEL compile error: {exc}") from exc
             except CelRuntimeError as exc:
+                if self.features.v137:
+                    raise CelRuntimeError(
+                        f"{owner}: selector #{index} on device {device.id}: CEL runtime error: "
+                        f"{cel.enhance_runtime_error(str(exc))}"
+                    ) from exc
                 raise CelRuntimeError(f"{owner}: selector #{index}: CEL runtime error: {exc}") from exc
         return True
 

@@ -6,7 +6,8 @@ Public API (other modules are internal):
   (including upstream's "too complex, exceeds cost limit" when the estimated cost is too high);
 - `CompiledSelector.evaluate(device, should_stop=...) -> bool`; raises `CelRuntimeError`, or
   `SelectorsInterrupted` (text from `interrupted(cause)`) once `should_stop` gives a cause;
-- `build_device_input(...) -> DeviceInput`, the CEL `device` variable, built once per device.
+- `build_device_input(...) -> DeviceInput`, the CEL `device` variable, built once per device;
+- `enhance_runtime_error(text)`, Kubernetes 1.37's optional-chaining hint on "no such key".
 
 Layout: `parsing` (cel-python's grammar, extended for the optional syntax; cel-go's error
 layout); `compiling` (tree walking and declaration checks) building closures from `programs`,
@@ -18,6 +19,7 @@ docs/cel.md has the environment audit and the cost model.
 """
 
 from extender.cel.devices import DeviceInput, build_device_input
+from extender.cel.hints import enhance_runtime_error
 from extender.cel.selectors import CompiledSelector, clear_compile_cache, compile_selector, interrupted
 
 __all__ = [
@@ -26,5 +28,6 @@ __all__ = [
     "build_device_input",
     "clear_compile_cache",
     "compile_selector",
+    "enhance_runtime_error",
     "interrupted",
 ]

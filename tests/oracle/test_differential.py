@@ -21,7 +21,8 @@ Other seeds, more cases:
 
     DIFFERENTIAL_EXAMPLES=20000 DIFFERENTIAL_SEED=7 python -m pytest tests/oracle/test_differential.py
 
-Judged by the 1.37 allocator instead (for the 1.37 work; ours answers as 1.36 today):
+Judged by the 1.37 allocator instead, ours answering with Kubernetes 1.37's semantics
+(`Features.kubernetes_version`); CI runs both (.ci/run):
 
     DIFFERENTIAL_VERSION=1.37 python -m pytest tests/oracle/test_differential.py
 """
@@ -49,8 +50,7 @@ from tests.oracle.conftest import STATS
 from tests.oracle.scenarios import NODE, scenarios
 
 EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "3000"))
-# The Kubernetes version whose allocator judges. Our allocator answers as 1.36; "1.37" is for the
-# 1.37 work (issue 20 item 4) and fails where 1.37 changed the rules.
+# The Kubernetes version whose allocator judges; ours answers with the same version's semantics.
 VERSION = os.environ.get("DIFFERENTIAL_VERSION", "1.36")
 SEED = os.environ.get("DIFFERENTIAL_SEED", "")
 FILTER_SECONDS = 120.0
@@ -108,7 +108,7 @@ def _check(case: dict[str, Any], oracle: Oracle) -> None:
             STATS.picked_examples.append(wording[:300])
     started = time.monotonic()
     try:
-        mine = judging.ours(case)
+        mine = judging.ours(case, VERSION)
     except Exception as exc:  # anything but an allocation answer is a bug of ours
         _LAST_FAILURE[:] = [(case, answer, f"ours raised {exc!r}")]
         raise AssertionError(f"ours raised {exc!r}") from exc
@@ -120,7 +120,7 @@ def _check(case: dict[str, Any], oracle: Oracle) -> None:
         kind = differences.known_difference(
             case,
             theirs,
-            ours_of=judging.ours,
+            ours_of=lambda c: judging.ours(c, VERSION),
             upstream_of=lambda c: judging.upstream(oracle.judge(c)),
             difference=judging.difference,
         )
@@ -134,7 +134,7 @@ def _check(case: dict[str, Any], oracle: Oracle) -> None:
     # with keeps a loaded CI machine from failing the run (the summary shows the slowest case).
     placement = Placement(
         state,
-        features=Features.from_conformance(case["features"]),
+        features=Features.from_conformance(case["features"], VERSION),
         assumed=AssumeCache(),
         filter_timeout_seconds=FILTER_SECONDS,
     )
