@@ -64,8 +64,8 @@ def slice_is_relevant(slice_: Slice, node: Node | None, features: Features) -> b
     """Whether a slice contributes to the pools seen from `node`."""
     if not features.partitionable_devices and (slice_.per_device_node_selection or slice_.shared_counters):
         return False
-    if slice_.shared_counters:
-        return True
+    if slice_.shared_counters and not features.v137:
+        return True  # 1.36: counter slices matter to every node; 1.37 goes by their node selection
     if slice_.node_name or slice_.all_nodes or slice_.node_selector is not None:
         return node_matches(
             node, node_name=slice_.node_name, all_nodes=slice_.all_nodes, node_selector=slice_.node_selector
@@ -86,7 +86,7 @@ def _reach(slice_: Slice, features: Features) -> tuple[int, tuple[str, ...]]:
     """(kind, node names): relevant nowhere, everywhere, to the named nodes only, or per selector."""
     if not features.partitionable_devices and (slice_.per_device_node_selection or slice_.shared_counters):
         return _NOWHERE, ()
-    if slice_.shared_counters:
+    if slice_.shared_counters and not features.v137:
         return _EVERYWHERE, ()
     if slice_.node_name:
         return _NAMED, (slice_.node_name,)
@@ -206,6 +206,10 @@ class PoolFacts:
         if partitionable:
             counter_slices = [s for s in slices if s.shared_counters]
             device_slices = [s for s in slices if not s.shared_counters]
+            if self.features.v137:
+                # 1.37: a counter slice not targeting the node is still the pool's (v0.37.2
+                # pools_experimental.go converts every slice of the complete pool).
+                counter_slices += [s for s in self._not_targeting(slices, all_for_pool) if s.shared_counters]
         else:
             counter_slices, device_slices = [], slices
 
@@ -227,10 +231,9 @@ class PoolFacts:
         if reason:
             return Pool(id=self.id, invalid=True, invalid_reason=reason)
 
-        not_targeting: list[Slice] = []
-        if all_for_pool is not None and len(all_for_pool) != len(slices):
-            names = {s.name for s in slices}
-            not_targeting = [s for s in all_for_pool if s.name not in names]
+        # Counter slices among them (1.37 only: 1.36 always counts them as targeting) hold no devices.
+        not_targeting = [s for s in self._not_targeting(slices, all_for_pool) if not s.shared_counters]
+        if not_targeting:
             reason = self._consumption_problem(counter_sets, not_targeting)
             if reason:
                 return Pool(id=self.id, invalid=True, invalid_reason=reason)
@@ -240,6 +243,17 @@ class PoolFacts:
             slices_not_targeting_node=not_targeting,
             counter_sets=counter_sets,
         )
+
+    def _not_targeting(self, slices: list[Slice], all_for_pool: list[Slice] | None) -> list[Slice]:
+        """The slices of the complete pool the node's relevant slices leave out (cluster order).
+
+        1.36 validates their devices' counter consumption; 1.37 also takes the counter sets of
+        the counter slices among them (and validates the others' consumption).
+        """
+        if all_for_pool is None or len(all_for_pool) == len(slices):
+            return []
+        names = {s.name for s in slices}
+        return [s for s in all_for_pool if s.name not in names]
 
     def _counter_sets_of(self, counter_slices: list[Slice]) -> tuple[CounterSets, str]:
         """The pool's counter sets from its counter slices (sorted by name), or a duplicate's reason.
