@@ -413,7 +413,11 @@ class _Search:
                     for device in slice_.devices:
                         if not self._selectable(key, data, device, slice_):
                             continue
-                        if self.features.consumable_capacity and not self._capacity_fits(data, device):
+                        if self.features.consumable_capacity and not (
+                            self._capacity_fits_137(data, device, static=True, device_name=device.id.device)
+                            if self.features.v137
+                            else self._capacity_fits(data, device)
+                        ):
                             continue
                         data.all_devices.append((device, slice_, pool))
             data.num_devices = len(data.all_devices)
@@ -470,7 +474,44 @@ class _Search:
                 raise CelRuntimeError(f"{owner}: selector #{index}: CEL runtime error: {exc}") from exc
         return True
 
+    def _capacity_fits_137(self, data: _Request, device: Device, *, static: bool, device_name: str) -> bool:
+        """1.37 CmpRequestOverCapacity; `static`: against the device's capacity alone (`All`
+        validation, v0.37.2), so a device other shares exhaust stays in and `All` fails."""
+        multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        existing = None if static else self.allocated.aggregated_capacity.get(device.id)
+        try:
+            fits = capacity.fits_137(
+                device,
+                data.spec.capacity,
+                existing=existing,
+                allocating=None if static else self.allocating_capacity.get(device.id),
+                fractional=self.features.fractional_capacity_range,
+            )
+        except capacity.CapacityArithmeticError as exc:
+            claim = self._claim_of(data)
+            raise AllocationError(
+                f"claim {claim.ref}, request {data.spec.name}: "
+                f"checking capacity for device {device_name}: {exc}"
+            ) from None
+        if not fits and existing and multi and not self.stats.held_back:
+            self.stats.held_back = capacity.fits_137(
+                device,
+                data.spec.capacity,
+                existing=None,
+                allocating=self.allocating_capacity.get(device.id),
+                fractional=self.features.fractional_capacity_range,
+            )
+        return fits
+
+    def _claim_of(self, data: _Request) -> ClaimSpec:
+        for (c, _, _), other in self.requests.items():
+            if other is data:
+                return self.claims[c]
+        raise AssertionError("request data of no claim")
+
     def _capacity_fits(self, data: _Request, device: Device) -> bool:
+        if self.features.v137:
+            return self._capacity_fits_137(data, device, static=False, device_name=str(device.id))
         multi = self.features.consumable_capacity and device.allow_multiple_allocations
         if not multi and not data.spec.capacity:
             return True  # a dedicated device and nothing requested: nothing to compare
@@ -757,10 +798,17 @@ class _Search:
                     self._release_counters(candidate)
                 return None
             if multi:
-                consumed = (
-                    capacity.consumption(device, spec.capacity, qualified=self.features.capacity_names_1_37)
-                    or {}
-                )
+                if self.features.v137:
+                    # Cannot raise: `_capacity_fits` resolved the same request on this device.
+                    consumed = (
+                        capacity.consumption_137(
+                            device, spec.capacity, fractional=self.features.fractional_capacity_range
+                        )
+                        or {}
+                    )
+                else:
+                    qualified = self.features.capacity_names_1_37
+                    consumed = capacity.consumption(device, spec.capacity, qualified=qualified) or {}
                 share_id = self.new_share_id()
                 self._add_capacity(device.id, consumed, +1)
                 self.allocating_shares[device.id] = self.allocating_shares.get(device.id, 0) + 1
@@ -797,6 +845,9 @@ class _Search:
 
     # ----------------------------------------------------------------- counters and capacity
     def _has_capacity_in_use(self, device: Device) -> bool:
+        if self.features.v137 and device.id in self.shared_devices:
+            # 1.37: a persisted share without consumed capacity (only a share ID) counts too.
+            return True
         return device.id in self.allocated.aggregated_capacity or self.allocating_shares.get(device.id, 0) > 0
 
     def _add_capacity(self, device_id: DeviceID, consumed: dict[str, Quantity], sign: int) -> None:

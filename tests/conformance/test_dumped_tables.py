@@ -11,7 +11,6 @@ test_upstream_allocator_cases.py). v0.37.2 cases not implemented yet are strict 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ TABLE_137 = ROOT / "v0.37.2" / "upstream-allocator-cases.jsonl"
 # The v0.37.2 cases our allocator, answering as 1.37, does not answer as the table does yet (issue
 # 20 item 4), each with why; a case that starts passing must leave the list.
 _GROUPS = "DRADeviceCompatibilityGroups not implemented"
-_CAPACITY = "1.37 consumable-capacity rules not implemented"
 _DERIVED = "DRADerivedAttributes not implemented"
 _NODE_OPS = "DRAOptionalNodeOperations not implemented"
 NOT_YET_137: dict[str, str] = {
@@ -39,30 +37,25 @@ NOT_YET_137: dict[str, str] = {
     "compatibility-groups-multiple-counter-sets-spanning-device": _GROUPS,
     "compatibility-groups-with-consumable-capacity": _GROUPS,
     "compatibility-groups-with-prioritized-list": _GROUPS,
-    "consumable-capacity-fractional-range-gate-disabled": _CAPACITY,
-    "consumable-capacity-multi-allocatable-device-allocation-mode-all-in-use-insufficient": _CAPACITY,
-    "consumable-capacity-negative-request-aborts": _CAPACITY,
-    "consumable-capacity-range-policy-allocation-mode-all-overflow-aborts": _CAPACITY,
-    "consumable-capacity-range-policy-overflow-aborts-not-skip": _CAPACITY,
-    "consumable-capacity-range-policy-request-above-int64-rejected": _CAPACITY,
-    "consumable-capacity-range-policy-rounded-value-overflow-rejected": _CAPACITY,
-    "consumable-capacity-requests-are-not-modified": _CAPACITY,
     "derived-attributes": _DERIVED,
     "derived-attributes-cel-missing-attribute": _DERIVED,
     "derived-attributes-override": _DERIVED,
     "derived-attributes-with-prioritized-list": _DERIVED,
     "optional-node-operations": _NODE_OPS,
     "optional-node-operations-missing-feature": _NODE_OPS,
-    "partitionable-consumable-capacity-shared-device-counter-not-recharged": _CAPACITY,
 }
-# Cases the dump cannot carry faithfully: upstream's test gave device-1 an empty (non-nil) list
-# attribute, which JSON's omitempty writes as `{}`, the same as device-2's attribute without any
-# value. Run from the JSON, the oracle itself (v0.37.2) names device-1, as ours does; compared
-# with the device named in the error left out.
-LOSSY_137 = {"list-attributes-distinct-constaint-with-empty-or-unknown-type"}
-_ON_DEVICE = re.compile(r" on device \S+:")
-
-
+# Cases the dump cannot carry faithfully, so the table's answer is not upstream's answer to the
+# dumped JSON. Both are checked against the 1.37 oracle run on the JSON instead
+# (tests/oracle/test_oracle_table.py); /filter's verdict (pass or fail) is still the table's.
+LOSSY_137 = {
+    # Upstream's test gave device-1 an empty (non-nil) list attribute, which JSON's omitempty
+    # writes as `{}`, the same as device-2's attribute without any value: run from the JSON,
+    # upstream's CEL error names device-1, the table's device-2.
+    "list-attributes-distinct-constaint-with-empty-or-unknown-type": "an empty list lost by omitempty",
+    # The test's quantities (1e21) were mutated while the dump ran (the arithmetic this case
+    # guards against); the JSON holds request and default 1, where the table's answer is for 1e21.
+    "consumable-capacity-requests-are-not-modified": "quantities mutated before they were dumped",
+}
 def _cases(paths: list[Path]) -> list[Any]:
     out = []
     for path in paths:
@@ -105,8 +98,7 @@ def test_dumped_137_case(case: dict[str, Any]) -> None:
         assert got["status"] == expected["status"] == "error"
         assert got["error"].split(":")[0] == expected["error"].split(":")[0]
     elif name in LOSSY_137:
-        assert got["status"] == expected["status"] == "error"
-        assert _ON_DEVICE.sub(":", got["error"]) == _ON_DEVICE.sub(":", expected["error"])
+        assert got["status"] == expected["status"]  # the rest: tests/oracle/test_oracle_table.py
     else:
         assert judging.difference(got, expected) == ""
 
