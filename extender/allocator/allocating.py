@@ -51,6 +51,10 @@ from extender.errors import (
 )
 from extender.quantity import Quantity
 
+#: The node-declared feature a device with skipNodeOperations needs (1.37,
+#: k8s.io/component-helpers nodedeclaredfeatures/features/draoptionalnodeoperations).
+OPTIONAL_NODE_OPERATIONS = "DRAOptionalNodeOperations"
+
 #: resourceapi.AllocationResultsMaxSize: devices per claim.
 MAX_DEVICES_PER_CLAIM = 32
 
@@ -259,6 +263,14 @@ class _Search:
                     self.stats.held_back = True
                 return True
         return False
+
+    def _node_skips_operations(self) -> bool:
+        """1.37: may devices whose slice sets skipNodeOperations go to this node? Only with
+        DRAOptionalNodeOperations on and the node declaring the feature (node.status.declaredFeatures)."""
+        if not self.features.optional_node_operations:
+            return False
+        declared = (self.node.get("status") or {}).get("declaredFeatures") or ()
+        return OPTIONAL_NODE_OPERATIONS in declared
 
     def _never_allocatable(self, data: _Request, device: Device) -> bool:
         multi = self.features.consumable_capacity and device.allow_multiple_allocations
@@ -760,6 +772,8 @@ class _Search:
         elif self._in_use(device):
             if must and self._held_by_others(device):
                 self.stats.held_back = True  # an `All` device other claims hold
+            return None
+        if self.features.v137 and candidate.slice.skip_node_operations and not self._node_skips_operations():
             return None
         if device.consumes_counters and not self.features.partitionable_devices:
             return None

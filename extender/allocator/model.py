@@ -105,6 +105,9 @@ class Slice:
     per_device_node_selection: bool
     shared_counters: tuple[tuple[str, dict[str, Quantity]], ...]
     devices: tuple[Device, ...]
+    #: 1.37 DRAOptionalNodeOperations: node operations the driver lets kubelet skip (`["*"]`).
+    #: Only the 1.37 allocator reads it (a 1.36 API server drops the field).
+    skip_node_operations: tuple[str, ...] = ()
 
     @property
     def pool_id(self) -> PoolID:
@@ -198,4 +201,5 @@ def parse_slice(raw: dict[str, Any]) -> Slice:
             for i, cs in enumerate(spec.get("sharedCounters") or ())
         ),
         devices=devices,
+        skip_node_operations=tuple(spec.get("skipNodeOperations") or ()),
     )

@@ -58,6 +58,8 @@ def _result_json(result: DeviceResult, features: Features) -> dict[str, Any]:
             out["bindingConditions"] = list(device.binding_conditions)
         if device.binding_failure_conditions:
             out["bindingFailureConditions"] = list(device.binding_failure_conditions)
+    if features.v137 and result.slice.skip_node_operations:
+        out["skipNodeOperations"] = list(result.slice.skip_node_operations)
     if result.share_id:
         out["shareID"] = result.share_id
     if result.consumed_capacity:

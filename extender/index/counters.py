@@ -136,6 +136,7 @@ def _block_counters(block: _NodeBlock, features: Features) -> _BlockCounters:
             or slice_.per_device_node_selection
             or id(pool) in binding_pools
             or (bool(device.consumes_counters) and not features.partitionable_devices)
+            or (features.v137 and bool(slice_.skip_node_operations))  # node-dependent in 1.37
         )
 
     def ints(values: list[int]) -> np.ndarray:

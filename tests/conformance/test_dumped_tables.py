@@ -27,7 +27,6 @@ TABLE_137 = ROOT / "v0.37.2" / "upstream-allocator-cases.jsonl"
 # 20 item 4), each with why; a case that starts passing must leave the list.
 _GROUPS = "DRADeviceCompatibilityGroups not implemented"
 _DERIVED = "DRADerivedAttributes not implemented"
-_NODE_OPS = "DRAOptionalNodeOperations not implemented"
 NOT_YET_137: dict[str, str] = {
     "compatibility-groups-disabled-skips-grouped-pool": _GROUPS,
     "compatibility-groups-disabled-skips-ungrouped-device-in-grouped-pool": _GROUPS,
@@ -41,8 +40,6 @@ NOT_YET_137: dict[str, str] = {
     "derived-attributes-cel-missing-attribute": _DERIVED,
     "derived-attributes-override": _DERIVED,
     "derived-attributes-with-prioritized-list": _DERIVED,
-    "optional-node-operations": _NODE_OPS,
-    "optional-node-operations-missing-feature": _NODE_OPS,
 }
 # Cases the dump cannot carry faithfully, so the table's answer is not upstream's answer to the
 # dumped JSON. Both are checked against the 1.37 oracle run on the JSON instead

@@ -1,0 +1,52 @@
+"""API fields new in Kubernetes 1.37: read by the 1.37 allocator, ignored by 1.36's.
+
+A 1.36 API server drops fields it does not know, so a 1.36 scheduler never sees them; the
+extender, reading objects a 1.37 API server may have stored, ignores them when it answers as
+1.36. The full semantics are held to upstream's v0.37.2 table (tests/conformance/test_dumped_tables.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from extender.allocator.features import Features
+from tests.allocator.builders import NODE, claim, device, device_class, pool_slices, request, run
+
+DRIVER = "gpu.example.com"
+DECLARING = {**NODE, "status": {"declaredFeatures": ["DRAOptionalNodeOperations"]}}
+
+
+def _skipping_slices() -> list[dict]:
+    slices = pool_slices(DRIVER, "pool", [device("gpu-0")])
+    slices[0]["spec"]["skipNodeOperations"] = ["*"]
+    return slices
+
+
+def _allocate(features: Features, node: dict) -> list[dict] | None:
+    result = run(
+        _skipping_slices(),
+        [device_class("gpu", DRIVER)],
+        [claim("c", [request("r", "gpu")])],
+        features=features,
+        node=node,
+    )
+    return None if result is None else [r.allocation for r in result]
+
+
+def test_136_ignores_skip_node_operations() -> None:
+    allocations = _allocate(Features.from_gates(version="1.36"), NODE)
+    assert allocations is not None
+    assert "skipNodeOperations" not in allocations[0]["devices"]["results"][0]
+
+
+@pytest.mark.parametrize(
+    ("gate", "node", "allocated"),
+    [(False, DECLARING, False), (True, NODE, False), (True, DECLARING, True)],
+    ids=["gate-off", "node-does-not-declare", "gate-on-and-declared"],
+)
+def test_137_needs_the_gate_and_the_nodes_declaration(gate: bool, node: dict, allocated: bool) -> None:
+    features = Features.from_gates({"DRAOptionalNodeOperations": gate}, version="1.37")
+    allocations = _allocate(features, node)
+    assert (allocations is not None) == allocated
+    if allocations is not None:
+        assert allocations[0]["devices"]["results"][0]["skipNodeOperations"] == ["*"]
