@@ -31,6 +31,7 @@ from typing import Any
 
 from extender import cel
 from extender.allocator import capacity
+from extender.allocator.compatibility import CompatibilityState
 from extender.allocator.constraints import UNTYPED, Constraint
 from extender.allocator.counters import PoolCounters
 from extender.allocator.distinct import Demand, can_fill, viable_values
@@ -197,6 +198,7 @@ class _Search:
         # share holds it since v0.36.3) that lets later shares skip the counter check.
         self.allocating_shares: dict[DeviceID, int] = {}
         self.counters: dict[int, PoolCounters] = {}  # by id(pool)
+        self.compatibility = CompatibilityState(self._holds_counters)  # 1.37 DRADeviceCompatibilityGroups
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.shared_devices = {device_id for device_id, _ in allocated.shared_ids} | set(
             allocated.aggregated_capacity
@@ -778,11 +780,24 @@ class _Search:
         if device.consumes_counters and not self.features.partitionable_devices:
             return None
         counters_taken = False
-        if device.consumes_counters and not (multi and self._has_capacity_in_use(device)):
+        skip_counters = multi and self._has_capacity_in_use(device)
+        groups_undo: Callable[[], None] | None = None
+        if self.features.compatibility_groups and device.consumes_counters and not skip_counters:
+            pool = candidate.pool
+            groups_undo = self.compatibility.take(
+                pool.id, [*pool.slices, *pool.slices_not_targeting_node], device
+            )
+            if groups_undo is None:
+                return None
+        if device.consumes_counters and not skip_counters:
             if not self._take_counters(candidate):
+                if groups_undo is not None:
+                    groups_undo()
                 return None
             counters_taken = True
         if self.features.device_taints and not all_tolerated(device.taints, spec.tolerations):
+            if groups_undo is not None:
+                groups_undo()
             if counters_taken:
                 self._release_counters(candidate)
             return None
@@ -798,6 +813,8 @@ class _Search:
                     )
                 for previous in constraints[:index]:
                     previous.remove(request_name, sub_name)
+                if groups_undo is not None:
+                    groups_undo()
                 if counters_taken:
                     self._release_counters(candidate)
                 return None
@@ -808,6 +825,8 @@ class _Search:
             if not self._capacity_fits(data, device):
                 for constraint in constraints:
                     constraint.remove(request_name, sub_name)
+                if groups_undo is not None:
+                    groups_undo()
                 if counters_taken:
                     self._release_counters(candidate)
                 return None
@@ -852,6 +871,8 @@ class _Search:
                     self.allocating_shares[device.id] -= 1
             else:
                 self.allocating[device.id].discard(c)
+            if groups_undo is not None:
+                groups_undo()
             if counters_taken:
                 self._release_counters(candidate)
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+from extender.allocator.compatibility import slice_uses_groups
 from extender.allocator.features import Features
 from extender.allocator.model import PoolID, Slice
 from extender.allocator.nodeselection import Node, node_matches
@@ -62,6 +63,8 @@ def invalid_pools_detail(pools: Iterable[Pool]) -> str:
 
 def slice_is_relevant(slice_: Slice, node: Node | None, features: Features) -> bool:
     """Whether a slice contributes to the pools seen from `node`."""
+    if features.v137 and not features.compatibility_groups and slice_uses_groups(slice_):
+        return False  # ignored while DRADeviceCompatibilityGroups is off (see PoolFacts)
     if not features.partitionable_devices and (slice_.per_device_node_selection or slice_.shared_counters):
         return False
     if slice_.shared_counters and not features.v137:
@@ -139,7 +142,13 @@ class PoolFacts:
         self.named: dict[str, list[Slice]] = {}
         self.selected: list[Slice] = []
         self.by_generation: dict[int, list[Slice]] = {}
+        # 1.37 with DRADeviceCompatibilityGroups off: slices that use groups are ignored (neither
+        # relevant nor counted for completeness), which leaves their pool incomplete; they still
+        # count for "obsolete" (max_generation), as upstream's checkSlicesInPool sees them.
+        ignore_grouped = features.v137 and not features.compatibility_groups
         for slice_ in self.slices:
+            if ignore_grouped and slice_uses_groups(slice_):
+                continue
             self.by_generation.setdefault(slice_.generation, []).append(slice_)
             kind, names = _reach(slice_, features)
             if kind == _EVERYWHERE:
@@ -149,7 +158,7 @@ class PoolFacts:
             elif kind == _NAMED:
                 for name in names:
                     self.named.setdefault(name, []).append(slice_)
-        self.max_generation: int | None = max(self.by_generation, default=None)
+        self.max_generation: int | None = max((s.generation for s in self.slices), default=None)
         self._position = {id(s): i for i, s in enumerate(self.slices)}
         self._gathered: dict[tuple[int, ...], tuple[tuple[Slice, ...], Pool | None]] = {}
         self._counter_sets: dict[tuple[int, ...], tuple[tuple[Slice, ...], CounterSets, str]] = {}

@@ -50,3 +50,37 @@ def test_137_needs_the_gate_and_the_nodes_declaration(gate: bool, node: dict, al
     assert (allocations is not None) == allocated
     if allocations is not None:
         assert allocations[0]["devices"]["results"][0]["skipNodeOperations"] == ["*"]
+
+
+def _grouped_pool() -> list[dict]:
+    """Two partitions of one GPU whose compatibility groups do not intersect."""
+    counters = {"gpu-0": {"memory": 8}}
+
+    def part(name: str, group: str) -> dict:
+        consumption = {"counterSet": "gpu-0", "counters": {"memory": {"value": "4"}}}
+        return device(name, consumesCounters=[{**consumption, "compatibilityGroups": [group]}])
+
+    return pool_slices(DRIVER, "pool", [part("p0", "small"), part("p1", "large")], counters)
+
+
+def _two_partitions(features: Features) -> list[str] | None:
+    result = run(
+        _grouped_pool(),
+        [device_class("gpu", DRIVER)],
+        [claim("c", [request("r", "gpu", count=2)])],
+        features=features,
+    )
+    return None if result is None else [d["device"] for d in result[0].allocation["devices"]["results"]]
+
+
+def test_136_ignores_compatibility_groups() -> None:
+    assert _two_partitions(Features.from_gates(version="1.36")) == ["p0", "p1"]
+
+
+def test_137_compatibility_groups() -> None:
+    # Gate on: the groups do not intersect, so the two partitions cannot go together.
+    assert (
+        _two_partitions(Features.from_gates({"DRADeviceCompatibilityGroups": True}, version="1.37")) is None
+    )
+    # Gate off (1.37's default): the slice using groups is ignored, its pool is incomplete.
+    assert _two_partitions(Features.from_gates(version="1.37")) is None

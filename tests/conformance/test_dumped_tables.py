@@ -25,17 +25,8 @@ TABLES_136 = sorted(ROOT.glob("v0.36.*/upstream-allocator-cases.jsonl"))
 TABLE_137 = ROOT / "v0.37.2" / "upstream-allocator-cases.jsonl"
 # The v0.37.2 cases our allocator, answering as 1.37, does not answer as the table does yet (issue
 # 20 item 4), each with why; a case that starts passing must leave the list.
-_GROUPS = "DRADeviceCompatibilityGroups not implemented"
 _DERIVED = "DRADerivedAttributes not implemented"
 NOT_YET_137: dict[str, str] = {
-    "compatibility-groups-disabled-skips-grouped-pool": _GROUPS,
-    "compatibility-groups-disabled-skips-ungrouped-device-in-grouped-pool": _GROUPS,
-    "compatibility-groups-incompatible": _GROUPS,
-    "compatibility-groups-incompatible-with-allocated-peer": _GROUPS,
-    "compatibility-groups-multiple-claims-incompatible": _GROUPS,
-    "compatibility-groups-multiple-counter-sets-spanning-device": _GROUPS,
-    "compatibility-groups-with-consumable-capacity": _GROUPS,
-    "compatibility-groups-with-prioritized-list": _GROUPS,
     "derived-attributes": _DERIVED,
     "derived-attributes-cel-missing-attribute": _DERIVED,
     "derived-attributes-override": _DERIVED,
