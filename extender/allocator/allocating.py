@@ -32,7 +32,7 @@ from typing import Any
 from extender import cel
 from extender.allocator import capacity
 from extender.allocator.compatibility import CompatibilityState
-from extender.allocator.constraints import UNTYPED, Constraint
+from extender.allocator.constraints import UNTYPED, Constraint, Lookup, lookup_attribute
 from extender.allocator.counters import PoolCounters
 from extender.allocator.distinct import Demand, can_fill, viable_values
 from extender.allocator.features import Features
@@ -199,6 +199,7 @@ class _Search:
         self.allocating_shares: dict[DeviceID, int] = {}
         self.counters: dict[int, PoolCounters] = {}  # by id(pool)
         self.compatibility = CompatibilityState(self._holds_counters)  # 1.37 DRADeviceCompatibilityGroups
+        self.derived_values: dict[tuple[int, str], dict[str, Any]] = {}  # (id(device), expression)
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.shared_devices = {device_id for device_id, _ in allocated.shared_ids} | set(
             allocated.aggregated_capacity
@@ -265,6 +266,39 @@ class _Search:
                     self.stats.held_back = True
                 return True
         return False
+
+    def _derived_lookup(self, data: _Request) -> Lookup:
+        """1.37 lookupAttribute: the request's derived attribute of that name first (evaluated
+        once per device and expression), else the device's own attribute."""
+        derived = dict(data.spec.derived_attributes)
+
+        def lookup(device: Device, name: str) -> dict[str, Any] | None:
+            expression = derived.get(name)
+            if expression is None:
+                return lookup_attribute(device, name)
+            key = (id(device), expression)
+            value = self.derived_values.get(key)
+            if value is None:
+                try:
+                    device_input = cel.build_device_input(
+                        device.id.driver,
+                        device.attributes,
+                        {n: {"value": str(spec.value)} for n, spec in device.capacity.items()},
+                        device.allow_multiple_allocations,
+                        consumable_capacity=True,
+                        list_type_attributes=True,
+                    )
+                    value = cel.evaluate_derived(expression, device_input)
+                except CelCompileError as exc:
+                    raise AllocationError(f"compile derived attribute {name} failed: {exc}") from exc
+                except CelRuntimeError as exc:
+                    raise AllocationError(
+                        f"evaluate derived attribute {name} on device {device.id} failed: {exc}"
+                    ) from exc
+                self.derived_values[key] = value
+            return value
+
+        return lookup
 
     def _node_skips_operations(self) -> bool:
         """1.37: may devices whose slice sets skipNodeOperations go to this node? Only with
@@ -377,6 +411,11 @@ class _Search:
         spec: RequestSpec,
         parent: str,
     ) -> _Request:
+        if self.features.v137 and spec.derived_attributes and not self.features.derived_attributes:
+            raise AllocationError(
+                f"claim {claim.ref}, request {spec.name}: cannot handle request with derived attributes, "
+                "the feature is disabled"
+            )
         for index, selector in enumerate(spec.selectors):
             if selector.expression is None:
                 raise AllocationError(
@@ -704,8 +743,8 @@ class _Search:
             return None
         for key in keys:
             data = self.requests[key]
-            if data.spec.mode == ALL:
-                return None
+            if data.spec.mode == ALL or (self.features.v137 and data.spec.derived_attributes):
+                return None  # All: a broken constraint is an error; derived: values per request
             if self.features.capacity_names_1_37 and data.spec.capacity:
                 return None  # a capacity named twice is an error upstream meets per device
         for candidate in self.candidates:
@@ -804,8 +843,9 @@ class _Search:
 
         request_name, sub_name = (data.parent, spec.name) if data.parent else (spec.name, "")
         constraints = self.constraints[c]
+        lookup = self._derived_lookup(data) if spec.derived_attributes and self.features.v137 else None
         for index, constraint in enumerate(constraints):
-            if not constraint.add(request_name, sub_name, device):
+            if not constraint.add(request_name, sub_name, device, lookup):
                 if must:
                     raise AllocationError(
                         f"claim {claim.ref}, request {spec.name}: cannot add device {device.id} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from extender.allocator.features import Features
+from extender.errors import AllocationError
 from tests.allocator.builders import NODE, claim, device, device_class, pool_slices, request, run
 
 DRIVER = "gpu.example.com"
@@ -84,3 +85,27 @@ def test_137_compatibility_groups() -> None:
     )
     # Gate off (1.37's default): the slice using groups is ignored, its pool is incomplete.
     assert _two_partitions(Features.from_gates(version="1.37")) is None
+
+
+def _derived_claim() -> dict:
+    """Two GPUs whose `numa` attributes differ, matched on a derived attribute that ignores it."""
+    derived = [{"name": "derived/same", "expression": '"one"'}]
+    requests = [request("r", "gpu", count=2, derivedAttributes=derived)]
+    return claim("c", requests, [{"matchAttribute": "derived/same"}])
+
+
+def _derived(features: Features) -> list[str] | None:
+    slices = pool_slices(DRIVER, "pool", [device("g0", attrs={"numa": 0}), device("g1", attrs={"numa": 1})])
+    result = run(slices, [device_class("gpu", DRIVER)], [_derived_claim()], features=features)
+    return None if result is None else [d["device"] for d in result[0].allocation["devices"]["results"]]
+
+
+def test_136_ignores_derived_attributes() -> None:
+    # 1.36 has no derived attributes: the devices lack `derived/same`, so none can be added.
+    assert _derived(Features.from_gates(version="1.36")) is None
+
+
+def test_137_derived_attributes() -> None:
+    assert _derived(Features.from_gates({"DRADerivedAttributes": True}, version="1.37")) == ["g0", "g1"]
+    with pytest.raises(AllocationError, match="cannot handle request with derived attributes"):
+        _derived(Features.from_gates(version="1.37"))

@@ -25,13 +25,7 @@ TABLES_136 = sorted(ROOT.glob("v0.36.*/upstream-allocator-cases.jsonl"))
 TABLE_137 = ROOT / "v0.37.2" / "upstream-allocator-cases.jsonl"
 # The v0.37.2 cases our allocator, answering as 1.37, does not answer as the table does yet (issue
 # 20 item 4), each with why; a case that starts passing must leave the list.
-_DERIVED = "DRADerivedAttributes not implemented"
-NOT_YET_137: dict[str, str] = {
-    "derived-attributes": _DERIVED,
-    "derived-attributes-cel-missing-attribute": _DERIVED,
-    "derived-attributes-override": _DERIVED,
-    "derived-attributes-with-prioritized-list": _DERIVED,
-}
+NOT_YET_137: dict[str, str] = {}
 # Cases the dump cannot carry faithfully, so the table's answer is not upstream's answer to the
 # dumped JSON. Both are checked against the 1.37 oracle run on the JSON instead
 # (tests/oracle/test_oracle_table.py); /filter's verdict (pass or fail) is still the table's.
