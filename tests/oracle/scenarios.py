@@ -309,11 +309,14 @@ def scenarios(draw: Any) -> Obj:
         "node": {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "zone": "a"}}},
     }
     if held:
+        # Shares exist in the scheduler's allocated state only with DRAConsumableCapacity on: with
+        # it off, kube-scheduler turns every shared device ID into its device ID (v1.36.3
+        # dynamicresources/dra_manager.go), so a share then holds the whole device.
         multi = {
             f"{s['spec']['driver']}/{s['spec']['pool']['name']}/{d['name']}"
             for s in slices
             for d in s["spec"].get("devices", [])
-            if d.get("allowMultipleAllocations")
+            if d.get("allowMultipleAllocations") and switches.get("ConsumableCapacity")
         }
         scenario["allocatedDevices"] = [h for h in held if h not in multi]
         shares = [h for h in held if h in multi]
