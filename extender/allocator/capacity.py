@@ -16,11 +16,10 @@ here takes it as `qualified`.
 from __future__ import annotations
 
 from fractions import Fraction
-from math import ceil
 
 from extender.allocator.model import CapacitySpec, Device
 from extender.errors import AllocationError
-from extender.quantity import Quantity
+from extender.quantity import BINARY_SI, Quantity
 
 Consumption = dict[str, Quantity]  # keyed by the capacity name as the device publishes it
 
@@ -68,8 +67,11 @@ def _round_up(spec: CapacitySpec, requested: Quantity) -> Quantity:
         if requested < spec.range_min:
             return spec.range_min
         if spec.range_step is not None and spec.range_step.exact > 0:
-            steps = ceil((requested.exact - spec.range_min.exact) / spec.range_step.exact)
-            return Quantity.from_fraction(spec.range_min.exact + steps * spec.range_step.exact, requested.fmt)
+            # v0.36.3 roundUpRange: whole numbers (Go's Value(), rounding up), written BinarySI.
+            value, step, minimum = requested.value(), spec.range_step.value(), spec.range_min.value()
+            added = value - minimum
+            n = _go_div(added, step) + (1 if _go_mod(added, step) else 0)
+            return Quantity.from_fraction(minimum + step * n, BINARY_SI)
         return requested
     for valid in spec.valid_values:
         if requested <= valid:
@@ -86,7 +88,8 @@ def _violates(spec: CapacitySpec, consumed: Quantity) -> bool:
         if spec.range_max is not None and consumed > spec.range_max:
             return True
         if spec.range_step is not None and spec.range_step.exact > 0:
-            return (consumed.exact - spec.range_min.exact) % spec.range_step.exact != 0
+            # v0.36.3 violateValidRange: whole numbers (Go's Value()), Go's remainder.
+            return _go_mod(consumed.value() - spec.range_min.value(), spec.range_step.value()) != 0
         return False
     if spec.valid_values:
         return consumed not in spec.valid_values
