@@ -131,19 +131,24 @@ class Features:
 
     @classmethod
     def from_conformance(cls, switches: dict[str, bool], version: str = DEFAULT_VERSION) -> Features:
-        """Build from the allocator switch names used by the upstream test table of `version`."""
+        """Build from the allocator switch names used by the upstream test table of `version`.
+
+        Switches the version's allocator does not have are ignored, as its `Features` struct
+        ignores them (the oracle decodes the same JSON into the version's struct).
+        """
+        v137 = check_version(version) == "1.37"
         return cls(
             admin_access=switches.get("AdminAccess", False),
-            compatibility_groups=switches.get("CompatibilityGroups", False),
+            compatibility_groups=v137 and switches.get("CompatibilityGroups", False),
             consumable_capacity=switches.get("ConsumableCapacity", False),
-            derived_attributes=switches.get("DerivedAttributes", False),
+            derived_attributes=v137 and switches.get("DerivedAttributes", False),
             device_binding_and_status=switches.get("DeviceBindingAndStatus", False),
             device_taint_rules=False,
             device_taints=switches.get("DeviceTaints", False),
-            fractional_capacity_range=switches.get("FractionalCapacityRange", False),
-            kubernetes_version=check_version(version),
+            fractional_capacity_range=v137 and switches.get("FractionalCapacityRange", False),
+            kubernetes_version=version,
             list_type_attributes=switches.get("ListTypeAttributes", False),
-            optional_node_operations=switches.get("OptionalNodeOperations", False),
+            optional_node_operations=v137 and switches.get("OptionalNodeOperations", False),
             partitionable_devices=switches.get("PartitionableDevices", False),
             prioritized_list=switches.get("PrioritizedList", False),
         )
