@@ -109,3 +109,48 @@ def test_137_derived_attributes() -> None:
     assert _derived(Features.from_gates({"DRADerivedAttributes": True}, version="1.37")) == ["g0", "g1"]
     with pytest.raises(AllocationError, match="cannot handle request with derived attributes"):
         _derived(Features.from_gates(version="1.37"))
+
+
+@pytest.mark.parametrize(
+    ("version", "declared", "passes"),
+    [("1.36", False, True), ("1.37", False, False), ("1.37", True, True)],
+    ids=["136-ignores", "137-node-does-not-declare", "137-node-declares"],
+)
+def test_allocated_claim_that_skips_node_operations(version: str, declared: bool, passes: bool) -> None:
+    """1.37's scheduler keeps a pod whose claim is already allocated to such a device off nodes
+    that do not declare DRAOptionalNodeOperations (v1.37.2 dynamicresources.go)."""
+    from extender.cluster.state import ClusterState
+    from extender.core.assumed import AssumeCache
+    from extender.core.placement import Placement
+    from extender.pods import parse_pod
+
+    node: dict = {"kind": "Node", "metadata": {"name": "node-1"}}
+    if declared:
+        node["status"] = {"declaredFeatures": ["DRAOptionalNodeOperations"]}
+    result = {
+        "request": "r",
+        "driver": DRIVER,
+        "pool": "pool",
+        "device": "gpu-0",
+        "skipNodeOperations": ["*"],
+    }
+    held = {
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "default", "uid": "uid-c"},
+        "spec": {"devices": {"requests": [request("r", "gpu")]}},
+        "status": {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"uid": "pod-uid"}]},
+    }
+    slices = [{**s, "kind": "ResourceSlice"} for s in _skipping_slices()]
+    objects = [node, *slices, {**device_class("gpu", DRIVER), "kind": "DeviceClass"}, held]
+    pod = {
+        "metadata": {"name": "p", "namespace": "default", "uid": "pod-uid"},
+        "spec": {"resourceClaims": [{"name": "c", "resourceClaimName": "c"}]},
+    }
+    features = (
+        Features.from_gates({"DRAOptionalNodeOperations": True}, version="1.37")
+        if version == "1.37"
+        else Features()
+    )
+    placement = Placement(ClusterState.from_objects(objects), features=features, assumed=AssumeCache())
+    verdict = placement.filter(parse_pod(pod), ["node-1"])
+    assert verdict.passed == (["node-1"] if passes else []), verdict
