@@ -269,7 +269,8 @@ def _run_explain(args: argparse.Namespace) -> int:
     from extender.cluster.state import ClusterState
 
     try:
-        features = Features.from_gates(parse_feature_gates(args.feature_gates))
+        version = getattr(args, "kubernetes_version", None) or "1.36"
+        features = Features.from_gates(parse_feature_gates(args.feature_gates), version)
         if args.state:
             objects = load_state_paths(args.state)
         else:
