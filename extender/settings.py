@@ -256,6 +256,8 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, Features):
                 out[f.name] = value.describe()
+            elif f.name == "feature_gates":
+                out[f.name] = ",".join(f"{name}={str(on).lower()}" for name, on in value)
             elif isinstance(value, tuple):
                 out[f.name] = ",".join(str(v) for v in value)
             else:
