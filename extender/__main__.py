@@ -57,6 +57,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if settings.kube:
         return _serve_kube(settings, ssl_context)
+    source = "the kubernetes_version setting" if settings.kubernetes_version else "the file-mode default"
+    _log_version(settings, source)
 
     from extender.cluster.loading import load_state_paths
     from extender.cluster.state import KINDS, ClusterState
@@ -88,18 +90,39 @@ def _serve_kube(settings: Settings, ssl_context: ssl.SSLContext | None) -> int:
     from kubernetes.config import ConfigException
 
     from extender import wiring
+    from extender.kube import version, watch
     from extender.server import make_app
 
     try:
-        placement, binder, source = wiring.build_kube_services(settings)
+        api_client = watch.load_api_client(settings)
     except ConfigException as exc:
         return _fail(f"--kube: cannot load the Kubernetes client configuration: {exc}")
+    if settings.kubernetes_version:
+        _log_version(settings, "the kubernetes_version setting")
+    else:
+        try:
+            server_version, git_version = version.read_server_version(api_client)
+            settings = settings.with_kubernetes_version(server_version)
+        except (version.VersionError, ValueError) as exc:
+            return _fail(f"--kube: {exc}")
+        _log_version(settings, f"the API server's /version ({git_version})")
+    placement, binder, source = wiring.build_kube_services(settings, api_client=api_client)
     app = make_app(settings, placement=placement, binder=binder)
     _add_dashboard(app, settings, placement)
     # list+watch, then the leader election, on the app's loop; /readyz waits for the sync
     app.cleanup_ctx.append(wiring.kube_app_context(placement, source, binder))
     _run_app(app, settings, ssl_context)
     return 0
+
+
+def _log_version(settings: Settings, source: str) -> None:
+    features = settings.features
+    logger.info(
+        "Kubernetes %s allocator semantics, from %s; features: %s",
+        features.kubernetes_version,
+        source,
+        features.describe(),
+    )
 
 
 def _add_dashboard(app: Any, settings: Settings, placement: Any) -> None:
@@ -163,7 +186,13 @@ def _add_serve(subparsers: Any) -> None:
     parser.add_argument(
         "--feature-gates",
         metavar="Name=bool,...",
-        help="Kubernetes DRA feature gates, e.g. DRADeviceTaints=false (defaults: Kubernetes 1.36)",
+        help="Kubernetes DRA feature gates, e.g. DRADeviceTaints=false (defaults: --kubernetes-version's)",
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        metavar="1.36|1.37",
+        help="Kubernetes version whose allocator rules, error texts and gate defaults apply "
+        "(default: 1.36; with --kube, the API server's version)",
     )
     parser.add_argument(
         "--max-body-bytes", metavar="N", help="largest request body, bytes or Ki/Mi/Gi (default 64Mi)"
@@ -240,7 +269,8 @@ def _run_explain(args: argparse.Namespace) -> int:
     from extender.cluster.state import ClusterState
 
     try:
-        features = Features.from_gates(parse_feature_gates(args.feature_gates))
+        version = getattr(args, "kubernetes_version", None) or "1.36"
+        features = Features.from_gates(parse_feature_gates(args.feature_gates), version)
         if args.state:
             objects = load_state_paths(args.state)
         else:

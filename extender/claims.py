@@ -231,12 +231,32 @@ def _admin_access_problem(claim: Obj, state: ClusterState) -> str:
     )
 
 
-def allocation_fits_node(claim: Claim, node: Obj | None) -> bool:
-    """An allocated claim is usable on a node iff its allocation's nodeSelector matches (or is unset)."""
+def allocation_fits_node(claim: Claim, node: Obj | None, *, v137: bool = False) -> bool:
+    """An allocated claim is usable on a node iff its allocation's nodeSelector matches (or is unset).
+
+    `v137`: Kubernetes 1.37's scheduler also requires a node that declares
+    `DRAOptionalNodeOperations` when a device of the allocation skips node operations
+    (v1.37.2 dynamicresources.go, allocationResultRequiresDRAOptionalNodeOperations).
+    """
+    if v137 and _skips_node_operations(claim) and not _declares_optional_node_operations(node):
+        return False
     selector = claim.node_selector
     if selector is None:
         return True
     return node is not None and selector_matches(node, selector)
+
+
+def _skips_node_operations(claim: Claim) -> bool:
+    devices = mapping_field((allocation_of(claim.source) or {}).get("devices"))
+    results = devices.get("results")
+    return isinstance(results, list) and any(
+        isinstance(r, dict) and bool(r.get("skipNodeOperations")) for r in results
+    )
+
+
+def _declares_optional_node_operations(node: Obj | None) -> bool:
+    declared = mapping_field((node or {}).get("status")).get("declaredFeatures")
+    return isinstance(declared, list) and "DRAOptionalNodeOperations" in declared
 
 
 @dataclass(frozen=True, slots=True)

@@ -381,5 +381,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--node", action="append", default=[], help="only these nodes (repeatable; default: all)"
     )
-    parser.add_argument("--feature-gates", default="", help="Name=bool,... (Kubernetes 1.36 defaults)")
+    parser.add_argument("--feature-gates", default="", help="Name=bool,... (defaults: the version's)")
+    parser.add_argument("--kubernetes-version", default="1.36", help="1.36 or 1.37: whose allocator rules")
     return parser

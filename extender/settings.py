@@ -28,11 +28,18 @@ from typing import Any
 import yaml
 
 from extender import bounds
-from extender.allocator.features import Features, parse_feature_gates
+from extender.allocator.features import (
+    DEFAULT_VERSION,
+    SUPPORTED_VERSIONS,
+    Features,
+    check_version,
+    parse_feature_gates,
+)
 from extender.core.gang import GangSettings
 from extender.index.topology import PACKING_POLICIES, TopologySettings, parse_drivers
 
 ENV_PREFIX = "DRA_EXTENDER_"
+_LATEST = SUPPORTED_VERSIONS[-1]
 LOG_LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error", "critical")
 OTLP_PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
 #: How `serve` warms the numba kernels up (`Settings.kernel_warmup`).
@@ -62,8 +69,16 @@ class Settings:
     max_body_bytes: int = 64 * 1024**2
     """Largest accepted request body; larger requests get HTTP 413."""
 
+    kubernetes_version: str | None = None
+    """Kubernetes version whose allocator rules, error texts and gate defaults apply (`1.36`, `1.37`).
+    Not set: 1.36 in file/sample mode; kube mode reads the API server's `/version` at start-up."""
+
+    feature_gates: tuple[tuple[str, bool], ...] = ()
+    """The feature gates as configured (merged over the layers), kept to rebuild `features` when
+    kube mode learns the version from the API server."""
+
     features: Features = field(default_factory=Features)
-    """Allocator feature switches, from Kubernetes feature gates (Kubernetes 1.36 defaults)."""
+    """Allocator feature switches: `feature_gates` over the defaults of the Kubernetes version."""
 
     assume_ttl_seconds: float = 60.0
     """How long devices chosen at filter/bind stay assumed (excluded) while their writes are in flight."""
@@ -223,6 +238,17 @@ class Settings:
             filter_other_cliques=self.gang_filter_other_cliques,
         )
 
+    def with_kubernetes_version(self, version: str) -> Settings:
+        """These settings for Kubernetes `version`: features rebuilt over its gate defaults.
+
+        Raises:
+            ValueError: the version is unsupported, or a configured gate is unknown to it.
+        """
+        from dataclasses import replace
+
+        features = Features.from_gates(dict(self.feature_gates), check_version(version))
+        return replace(self, kubernetes_version=version, features=features)
+
     def as_dict(self) -> dict[str, str]:
         """Field name -> printable value, for the one start-up log line."""
         out: dict[str, str] = {}
@@ -230,6 +256,8 @@ class Settings:
             value = getattr(self, f.name)
             if isinstance(value, Features):
                 out[f.name] = value.describe()
+            elif f.name == "feature_gates":
+                out[f.name] = ",".join(f"{name}={str(on).lower()}" for name, on in value)
             elif isinstance(value, tuple):
                 out[f.name] = ",".join(str(v) for v in value)
             else:
@@ -305,6 +333,18 @@ def _to_packing(value: Any, where: str) -> str:
     return text
 
 
+def _to_kubernetes_version(value: Any, where: str) -> str:
+    # YAML reads `1.37` as a float; its text is the version. ("1.30" would read as 1.3, but no
+    # supported version ends in 0.)
+    text = str(value).strip().removeprefix("v")
+    if text not in SUPPORTED_VERSIONS:
+        raise ValueError(
+            f"{where}: {value!r} is not a supported Kubernetes version; "
+            f"allowed: {', '.join(SUPPORTED_VERSIONS)}"
+        )
+    return text
+
+
 def _to_kernel_warmup(value: Any, where: str) -> str:
     text = str(value).strip().lower()
     if text not in KERNEL_WARMUPS:
@@ -372,6 +412,7 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "kube": _to_bool,
         "kubeconfig": _path_converter(base),
         "max_body_bytes": _to_size,
+        "kubernetes_version": _to_kubernetes_version,
         "assume_ttl_seconds": bounds.bounded("assume_ttl_seconds"),
         "filter_timeout_seconds": bounds.bounded("filter_timeout_seconds"),
         "body_read_timeout_seconds": bounds.bounded("body_read_timeout_seconds"),
@@ -522,8 +563,15 @@ def load_settings(argv_namespace: object, environ: Mapping[str, str]) -> Setting
     for layer_values, layer_gates in layers:
         values.update(layer_values)
         gates.update(layer_gates)
+    values["feature_gates"] = tuple(sorted(gates.items()))
+    version = values.get("kubernetes_version")
+    if version is None:
+        # File mode: 1.36. Kube mode rebuilds the features once the API server has said which
+        # version it runs (`Settings.with_kubernetes_version`); until then the gates are checked
+        # against the newest version, so a gate no supported version knows fails at once.
+        version = _LATEST if values.get("kube") else DEFAULT_VERSION
     try:
-        values["features"] = Features.from_gates(gates)
+        values["features"] = Features.from_gates(gates, version)
     except ValueError as exc:
         raise ValueError(f"feature gates: {exc}") from None
     if values.get("kube") and values.get("state_paths"):

@@ -45,6 +45,8 @@ MAX_BINDING_CONDITIONS = 4
 MAX_REQUESTS = 32
 MAX_RESULTS = 32
 MAX_CONSTRAINTS = 32
+#: resourceapi.DeviceDerivedAttributesMaxSize (Kubernetes 1.37): derived attributes per request.
+MAX_DERIVED_ATTRIBUTES = 32
 MAX_CONFIGS = 32
 MAX_ALLOCATION_CONFIGS = 64
 MAX_SELECTORS = 32
@@ -780,6 +782,23 @@ def _request_spec(check: _Checker, spec: Obj, path: str, *, subrequest: bool) ->
             where = f"{path}.capacity.requests[{name}]"
             check.string(name, where, syntax=qualified_name)
             check.quantity(amount, where)
+    # Kubernetes 1.37 (DRADerivedAttributes): what the allocator reads of it, as 1.37's API
+    # validates it; a 1.36 API server drops the field and the 1.36 allocator ignores it.
+    derived_names: set[str] = set()
+    for where, derived in check.objects(
+        spec.get("derivedAttributes"), f"{path}.derivedAttributes", limit=MAX_DERIVED_ATTRIBUTES
+    ):
+        derived_name = check.string(
+            derived.get("name"),
+            f"{where}.name",
+            required=True,
+            syntax=lambda v: qualified_name(v, domain_required=True),
+        )
+        if derived_name is not None:
+            if derived_name in derived_names:
+                check.rule(f"{where}.name", f"duplicate derived attribute {derived_name}")
+            derived_names.add(derived_name)
+        check.string(derived.get("expression"), f"{where}.expression", required=True)
 
 
 def _allocation(check: _Checker, allocation: Obj, path: str) -> None:

@@ -31,7 +31,8 @@ from typing import Any
 
 from extender import cel
 from extender.allocator import capacity
-from extender.allocator.constraints import UNTYPED, Constraint
+from extender.allocator.compatibility import CompatibilityState
+from extender.allocator.constraints import UNTYPED, Constraint, Lookup, lookup_attribute
 from extender.allocator.counters import PoolCounters
 from extender.allocator.distinct import Demand, can_fill, viable_values
 from extender.allocator.features import Features
@@ -50,6 +51,10 @@ from extender.errors import (
     NodeScopedError,
 )
 from extender.quantity import Quantity
+
+#: The node-declared feature a device with skipNodeOperations needs (1.37,
+#: k8s.io/component-helpers nodedeclaredfeatures/features/draoptionalnodeoperations).
+OPTIONAL_NODE_OPERATIONS = "DRAOptionalNodeOperations"
 
 #: resourceapi.AllocationResultsMaxSize: devices per claim.
 MAX_DEVICES_PER_CLAIM = 32
@@ -193,6 +198,8 @@ class _Search:
         # share holds it since v0.36.3) that lets later shares skip the counter check.
         self.allocating_shares: dict[DeviceID, int] = {}
         self.counters: dict[int, PoolCounters] = {}  # by id(pool)
+        self.compatibility = CompatibilityState(self._holds_counters)  # 1.37 DRADeviceCompatibilityGroups
+        self.derived_values: dict[tuple[int, str], dict[str, Any]] = {}  # (id(device), expression)
         self.results: list[list[DeviceResult]] = [[] for _ in claims]
         self.shared_devices = {device_id for device_id, _ in allocated.shared_ids} | set(
             allocated.aggregated_capacity
@@ -260,6 +267,47 @@ class _Search:
                 return True
         return False
 
+    def _derived_lookup(self, data: _Request) -> Lookup:
+        """1.37 lookupAttribute: the request's derived attribute of that name first (evaluated
+        once per device and expression), else the device's own attribute."""
+        derived = dict(data.spec.derived_attributes)
+
+        def lookup(device: Device, name: str) -> dict[str, Any] | None:
+            expression = derived.get(name)
+            if expression is None:
+                return lookup_attribute(device, name)
+            key = (id(device), expression)
+            value = self.derived_values.get(key)
+            if value is None:
+                try:
+                    device_input = cel.build_device_input(
+                        device.id.driver,
+                        device.attributes,
+                        {n: {"value": str(spec.value)} for n, spec in device.capacity.items()},
+                        device.allow_multiple_allocations,
+                        consumable_capacity=True,
+                        list_type_attributes=True,
+                    )
+                    value = cel.evaluate_derived(expression, device_input)
+                except CelCompileError as exc:
+                    raise AllocationError(f"compile derived attribute {name} failed: {exc}") from exc
+                except CelRuntimeError as exc:
+                    raise AllocationError(
+                        f"evaluate derived attribute {name} on device {device.id} failed: {exc}"
+                    ) from exc
+                self.derived_values[key] = value
+            return value
+
+        return lookup
+
+    def _node_skips_operations(self) -> bool:
+        """1.37: may devices whose slice sets skipNodeOperations go to this node? Only with
+        DRAOptionalNodeOperations on and the node declaring the feature (node.status.declaredFeatures)."""
+        if not self.features.optional_node_operations:
+            return False
+        declared = (self.node.get("status") or {}).get("declaredFeatures") or ()
+        return OPTIONAL_NODE_OPERATIONS in declared
+
     def _never_allocatable(self, data: _Request, device: Device) -> bool:
         multi = self.features.consumable_capacity and device.allow_multiple_allocations
         return (
@@ -324,15 +372,22 @@ class _Search:
                         claim, claim_index, request_index, sub_index, sub, request.name
                     )
                     fewest = data.num_devices if fewest is None else min(fewest, data.num_devices)
-                min_devices += fewest or 0
+                adding = fewest or 0
             elif request.exactly is not None:
                 data = self._validate_request(claim, claim_index, request_index, 0, request.exactly, "")
-                min_devices += data.num_devices
+                adding = data.num_devices
             else:
                 raise AllocationError(
                     f"claim {claim.ref}, request {request.name}: missing device class name "
                     "(unsupported request type?)"
                 )
+            if self.features.v137 and adding > MAX_DEVICES_PER_CLAIM - min_devices:
+                # 1.37 checks the limit per request while adding (v0.37.2 allocator_experimental.go).
+                raise AllocationError(
+                    f"claim {claim.ref}, request {request.name}: adding {adding} devices exceeds "
+                    f"the claim limit of {MAX_DEVICES_PER_CLAIM}, with {min_devices} already accounted for"
+                )
+            min_devices += adding
         if min_devices > MAX_DEVICES_PER_CLAIM:
             raise AllocationError(
                 f"claim {claim.ref}: number of requested devices {min_devices} "
@@ -356,6 +411,11 @@ class _Search:
         spec: RequestSpec,
         parent: str,
     ) -> _Request:
+        if self.features.v137 and spec.derived_attributes and not self.features.derived_attributes:
+            raise AllocationError(
+                f"claim {claim.ref}, request {spec.name}: cannot handle request with derived attributes, "
+                "the feature is disabled"
+            )
         for index, selector in enumerate(spec.selectors):
             if selector.expression is None:
                 raise AllocationError(
@@ -406,7 +466,11 @@ class _Search:
                     for device in slice_.devices:
                         if not self._selectable(key, data, device, slice_):
                             continue
-                        if self.features.consumable_capacity and not self._capacity_fits(data, device):
+                        if self.features.consumable_capacity and not (
+                            self._capacity_fits_137(data, device, static=True, device_name=device.id.device)
+                            if self.features.v137
+                            else self._capacity_fits(data, device)
+                        ):
                             continue
                         data.all_devices.append((device, slice_, pool))
             data.num_devices = len(data.all_devices)
@@ -455,10 +519,52 @@ class _Search:
             except CelCompileError as exc:
                 raise CelCompileError(f"{owner}: selector #{index}: CEL compile error: {exc}") from exc
             except CelRuntimeError as exc:
+                if self.features.v137:
+                    raise CelRuntimeError(
+                        f"{owner}: selector #{index} on device {device.id}: CEL runtime error: "
+                        f"{cel.enhance_runtime_error(str(exc))}"
+                    ) from exc
                 raise CelRuntimeError(f"{owner}: selector #{index}: CEL runtime error: {exc}") from exc
         return True
 
+    def _capacity_fits_137(self, data: _Request, device: Device, *, static: bool, device_name: str) -> bool:
+        """1.37 CmpRequestOverCapacity; `static`: against the device's capacity alone (`All`
+        validation, v0.37.2), so a device other shares exhaust stays in and `All` fails."""
+        multi = self.features.consumable_capacity and device.allow_multiple_allocations
+        existing = None if static else self.allocated.aggregated_capacity.get(device.id)
+        try:
+            fits = capacity.fits_137(
+                device,
+                data.spec.capacity,
+                existing=existing,
+                allocating=None if static else self.allocating_capacity.get(device.id),
+                fractional=self.features.fractional_capacity_range,
+            )
+        except capacity.CapacityArithmeticError as exc:
+            claim = self._claim_of(data)
+            raise AllocationError(
+                f"claim {claim.ref}, request {data.spec.name}: "
+                f"checking capacity for device {device_name}: {exc}"
+            ) from None
+        if not fits and existing and multi and not self.stats.held_back:
+            self.stats.held_back = capacity.fits_137(
+                device,
+                data.spec.capacity,
+                existing=None,
+                allocating=self.allocating_capacity.get(device.id),
+                fractional=self.features.fractional_capacity_range,
+            )
+        return fits
+
+    def _claim_of(self, data: _Request) -> ClaimSpec:
+        for (c, _, _), other in self.requests.items():
+            if other is data:
+                return self.claims[c]
+        raise AssertionError("request data of no claim")
+
     def _capacity_fits(self, data: _Request, device: Device) -> bool:
+        if self.features.v137:
+            return self._capacity_fits_137(data, device, static=False, device_name=str(device.id))
         multi = self.features.consumable_capacity and device.allow_multiple_allocations
         if not multi and not data.spec.capacity:
             return True  # a dedicated device and nothing requested: nothing to compare
@@ -637,8 +743,8 @@ class _Search:
             return None
         for key in keys:
             data = self.requests[key]
-            if data.spec.mode == ALL:
-                return None
+            if data.spec.mode == ALL or (self.features.v137 and data.spec.derived_attributes):
+                return None  # All: a broken constraint is an error; derived: values per request
             if self.features.capacity_names_1_37 and data.spec.capacity:
                 return None  # a capacity named twice is an error upstream meets per device
         for candidate in self.candidates:
@@ -708,22 +814,38 @@ class _Search:
             if must and self._held_by_others(device):
                 self.stats.held_back = True  # an `All` device other claims hold
             return None
+        if self.features.v137 and candidate.slice.skip_node_operations and not self._node_skips_operations():
+            return None
         if device.consumes_counters and not self.features.partitionable_devices:
             return None
         counters_taken = False
-        if device.consumes_counters and not (multi and self._has_capacity_in_use(device)):
+        skip_counters = multi and self._has_capacity_in_use(device)
+        groups_undo: Callable[[], None] | None = None
+        if self.features.compatibility_groups and device.consumes_counters and not skip_counters:
+            pool = candidate.pool
+            groups_undo = self.compatibility.take(
+                pool.id, [*pool.slices, *pool.slices_not_targeting_node], device
+            )
+            if groups_undo is None:
+                return None
+        if device.consumes_counters and not skip_counters:
             if not self._take_counters(candidate):
+                if groups_undo is not None:
+                    groups_undo()
                 return None
             counters_taken = True
         if self.features.device_taints and not all_tolerated(device.taints, spec.tolerations):
+            if groups_undo is not None:
+                groups_undo()
             if counters_taken:
                 self._release_counters(candidate)
             return None
 
         request_name, sub_name = (data.parent, spec.name) if data.parent else (spec.name, "")
         constraints = self.constraints[c]
+        lookup = self._derived_lookup(data) if spec.derived_attributes and self.features.v137 else None
         for index, constraint in enumerate(constraints):
-            if not constraint.add(request_name, sub_name, device):
+            if not constraint.add(request_name, sub_name, device, lookup):
                 if must:
                     raise AllocationError(
                         f"claim {claim.ref}, request {spec.name}: cannot add device {device.id} "
@@ -731,6 +853,8 @@ class _Search:
                     )
                 for previous in constraints[:index]:
                     previous.remove(request_name, sub_name)
+                if groups_undo is not None:
+                    groups_undo()
                 if counters_taken:
                     self._release_counters(candidate)
                 return None
@@ -741,14 +865,23 @@ class _Search:
             if not self._capacity_fits(data, device):
                 for constraint in constraints:
                     constraint.remove(request_name, sub_name)
+                if groups_undo is not None:
+                    groups_undo()
                 if counters_taken:
                     self._release_counters(candidate)
                 return None
             if multi:
-                consumed = (
-                    capacity.consumption(device, spec.capacity, qualified=self.features.capacity_names_1_37)
-                    or {}
-                )
+                if self.features.v137:
+                    # Cannot raise: `_capacity_fits` resolved the same request on this device.
+                    consumed = (
+                        capacity.consumption_137(
+                            device, spec.capacity, fractional=self.features.fractional_capacity_range
+                        )
+                        or {}
+                    )
+                else:
+                    qualified = self.features.capacity_names_1_37
+                    consumed = capacity.consumption(device, spec.capacity, qualified=qualified) or {}
                 share_id = self.new_share_id()
                 self._add_capacity(device.id, consumed, +1)
                 self.allocating_shares[device.id] = self.allocating_shares.get(device.id, 0) + 1
@@ -778,6 +911,8 @@ class _Search:
                     self.allocating_shares[device.id] -= 1
             else:
                 self.allocating[device.id].discard(c)
+            if groups_undo is not None:
+                groups_undo()
             if counters_taken:
                 self._release_counters(candidate)
 
@@ -785,6 +920,9 @@ class _Search:
 
     # ----------------------------------------------------------------- counters and capacity
     def _has_capacity_in_use(self, device: Device) -> bool:
+        if self.features.v137 and device.id in self.shared_devices:
+            # 1.37: a persisted share without consumed capacity (only a share ID) counts too.
+            return True
         return device.id in self.allocated.aggregated_capacity or self.allocating_shares.get(device.id, 0) > 0
 
     def _add_capacity(self, device_id: DeviceID, consumed: dict[str, Quantity], sign: int) -> None:

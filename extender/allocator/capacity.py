@@ -15,11 +15,11 @@ here takes it as `qualified`.
 
 from __future__ import annotations
 
-from math import ceil
+from fractions import Fraction
 
 from extender.allocator.model import CapacitySpec, Device
 from extender.errors import AllocationError
-from extender.quantity import Quantity
+from extender.quantity import BINARY_SI, Quantity
 
 Consumption = dict[str, Quantity]  # keyed by the capacity name as the device publishes it
 
@@ -67,8 +67,11 @@ def _round_up(spec: CapacitySpec, requested: Quantity) -> Quantity:
         if requested < spec.range_min:
             return spec.range_min
         if spec.range_step is not None and spec.range_step.exact > 0:
-            steps = ceil((requested.exact - spec.range_min.exact) / spec.range_step.exact)
-            return Quantity.from_fraction(spec.range_min.exact + steps * spec.range_step.exact, requested.fmt)
+            # v0.36.3 roundUpRange: whole numbers (Go's Value(), rounding up), written BinarySI.
+            value, step, minimum = requested.value(), spec.range_step.value(), spec.range_min.value()
+            added = value - minimum
+            n = _go_div(added, step) + (1 if _go_mod(added, step) else 0)
+            return Quantity.from_fraction(minimum + step * n, BINARY_SI)
         return requested
     for valid in spec.valid_values:
         if requested <= valid:
@@ -85,7 +88,8 @@ def _violates(spec: CapacitySpec, consumed: Quantity) -> bool:
         if spec.range_max is not None and consumed > spec.range_max:
             return True
         if spec.range_step is not None and spec.range_step.exact > 0:
-            return (consumed.exact - spec.range_min.exact) % spec.range_step.exact != 0
+            # v0.36.3 violateValidRange: whole numbers (Go's Value()), Go's remainder.
+            return _go_mod(consumed.value() - spec.range_min.value(), spec.range_step.value()) != 0
         return False
     if spec.valid_values:
         return consumed not in spec.valid_values
@@ -130,6 +134,162 @@ def fits(
                 return False
         return True
     consumed = consumption(device, requests, qualified=qualified)
+    if consumed is None:
+        return False
+    for name, amount in consumed.items():
+        total = (
+            amount.exact + (existing or {}).get(name, _ZERO).exact + (allocating or {}).get(name, _ZERO).exact
+        )
+        if total > device.capacity[name].value.exact:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- Kubernetes 1.37 (v0.37.2)
+#
+# 1.37 rewrote the arithmetic (consumable_capacity.go): a request that cannot be represented in
+# a range's arithmetic (past MaxInt64 on the integer path, past the milli range on the
+# DRAFractionalCapacityRange path) or a negative consumption aborts the allocation instead of
+# skipping the device; ranges round in integers (Go's `Value()`, rounding up) unless the
+# fractional feature is on and min/max/step are exact in thousandths; the rounded value takes the
+# step's format. Every capacity is resolved before any soft "does not fit" answer.
+
+_MAX_INT64 = 2**63 - 1
+_NOT_REPRESENTABLE = "capacity request cannot be represented in the device's range arithmetic"
+
+
+class CapacityArithmeticError(Exception):
+    """A 1.37 capacity request that aborts the allocation (text as upstream's wrapped error)."""
+
+
+def _go_div(a: int, b: int) -> int:
+    """Go's integer division (truncates towards zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _go_mod(a: int, b: int) -> int:
+    return a - b * _go_div(a, b)
+
+
+def _safe_milli(q: Quantity) -> int | None:
+    """`q` in thousandths when that is exact and fits int64 (upstream's safeMilliValue), else None."""
+    milli = q.exact * 1000
+    if milli.denominator != 1 or abs(milli) > _MAX_INT64:
+        return None
+    return int(milli)
+
+
+def _use_milli(spec: CapacitySpec, fractional: bool) -> bool:
+    if not fractional:
+        return False
+    for q in (spec.range_min, spec.range_max, spec.range_step):
+        if q is not None and _safe_milli(q) is None:
+            return False
+    step = _safe_milli(spec.range_step) if spec.range_step is not None else None
+    return step is None or step >= 1
+
+
+def _round_up_137(spec: CapacitySpec, requested: Quantity, fractional: bool) -> Quantity:
+    minimum, step = spec.range_min, spec.range_step
+    assert minimum is not None
+    if requested < minimum:
+        return minimum
+    if step is None:
+        return requested
+    if _use_milli(spec, fractional):
+        value = _safe_milli(requested)
+        if value is None:
+            raise CapacityArithmeticError(
+                f"{_NOT_REPRESENTABLE}: request {requested} is not a representable milli value"
+            )
+        step_m, min_m = step.milli_value(), minimum.milli_value()
+        added = value - min_m
+        n = _go_div(added, step_m) + (1 if _go_mod(added, step_m) else 0)
+        if n > _go_div(_MAX_INT64 - min_m, step_m):
+            raise CapacityArithmeticError(
+                f"{_NOT_REPRESENTABLE}: rounding request {requested} up to the next step passes "
+                "the milli-value range"
+            )
+        return Quantity.from_fraction(Fraction(min_m + step_m * n, 1000), step.fmt)
+    if requested.exact > _MAX_INT64:
+        raise CapacityArithmeticError(f"{_NOT_REPRESENTABLE}: request {requested} exceeds MaxInt64")
+    value, step_i, min_i = requested.value(), step.value(), minimum.value()
+    added = value - min_i
+    n = _go_div(added, step_i) + (1 if _go_mod(added, step_i) else 0)
+    if min_i >= 0 and n > _go_div(_MAX_INT64 - min_i, step_i):
+        raise CapacityArithmeticError(
+            f"{_NOT_REPRESENTABLE}: rounding request {requested} up to the next step passes MaxInt64"
+        )
+    return Quantity.from_fraction(min_i + step_i * n, step.fmt)
+
+
+def _consumed_137(spec: CapacitySpec, requested: Quantity | None, fractional: bool) -> Quantity:
+    if requested is None:
+        return spec.default if spec.default is not None else spec.value
+    if spec.range_min is not None:
+        return _round_up_137(spec, requested, fractional)
+    for valid in spec.valid_values:
+        if requested <= valid:
+            return valid
+    return requested
+
+
+def _violates_137(spec: CapacitySpec, consumed: Quantity, fractional: bool) -> bool:
+    if not spec.has_policy:
+        return False
+    if spec.default is not None and consumed == spec.default:
+        return False
+    if spec.range_min is not None:
+        if spec.range_max is not None and consumed > spec.range_max:
+            return True
+        step = spec.range_step
+        if step is not None:
+            if _use_milli(spec, fractional):
+                value = _safe_milli(consumed)
+                if value is None:
+                    return True
+                return _go_mod(value - spec.range_min.milli_value(), step.milli_value()) != 0
+            return _go_mod(consumed.value() - spec.range_min.value(), step.value()) != 0
+        return False
+    if spec.valid_values:
+        return consumed not in spec.valid_values
+    return False
+
+
+def consumption_137(
+    device: Device, requests: dict[str, Quantity] | None, *, fractional: bool
+) -> Consumption | None:
+    """1.37: what one allocation consumes of every capacity; None if a requested capacity is
+    missing or a policy refuses; CapacityArithmeticError when upstream aborts."""
+    wanted = requests or {}
+    if any(name not in device.capacity for name in wanted):
+        return None
+    consumed: Consumption = {}
+    for name, spec in device.capacity.items():  # resolve all first: an abort must not depend on order
+        try:
+            amount = _consumed_137(spec, wanted.get(name), fractional)
+        except CapacityArithmeticError as exc:
+            raise CapacityArithmeticError(f'capacity "{name}": {exc}') from None
+        if amount.sign() < 0:
+            raise CapacityArithmeticError(f'capacity "{name}": capacity value is negative')
+        consumed[name] = amount
+    for name, spec in device.capacity.items():
+        if _violates_137(spec, consumed[name], fractional):
+            return None
+    return consumed
+
+
+def fits_137(
+    device: Device,
+    requests: dict[str, Quantity] | None,
+    *,
+    existing: Consumption | None,
+    allocating: Consumption | None,
+    fractional: bool,
+) -> bool:
+    """1.37 CmpRequestOverCapacity, for every device (dedicated ones have no existing/allocating)."""
+    consumed = consumption_137(device, requests, fractional=fractional)  # may raise: the caller words it
     if consumed is None:
         return False
     for name, amount in consumed.items():

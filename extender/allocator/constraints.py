@@ -6,11 +6,13 @@ called in strict LIFO order by the depth-first search, so the state is a stack.
 Attribute values are compared as sets of typed elements: a scalar is a one-element set. With
 list-type attributes off every set has one element, which reduces to upstream's scalar rules
 (same type and same value for match; different value for distinct), and a value those rules
-cannot compare is UNTYPED (below). A constraint never raises: upstream's only refuse a device.
+cannot compare is UNTYPED (below). A constraint never raises on its own: upstream's only refuse a
+device; a 1.37 derived attribute whose expression fails raises through the `lookup`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from extender.allocator.model import Device
@@ -20,6 +22,8 @@ _SCALAR_KINDS = ("int", "bool", "string", "version")
 _LIST_KINDS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
 
 Element = tuple[str, Any]
+#: (device, fully qualified attribute name) -> the raw attribute value, or None when absent.
+Lookup = Callable[[Device, str], "dict[str, Any] | None"]
 
 
 def lookup_attribute(device: Device, qualified_name: str) -> dict[str, Any] | None:
@@ -77,9 +81,13 @@ class Constraint:
     def attribute(self) -> str:
         return self._attribute
 
-    def elements_of(self, device: Device) -> frozenset[Element] | None:
-        """The device's typed elements of this constraint's attribute (None: it lacks it)."""
-        raw = lookup_attribute(device, self._attribute)
+    def elements_of(self, device: Device, lookup: Lookup | None = None) -> frozenset[Element] | None:
+        """The device's typed elements of this constraint's attribute (None: it lacks it).
+
+        `lookup` replaces the static lookup (1.37: a request's derived attributes come first);
+        it may raise, which aborts the allocation as upstream's constraint error does.
+        """
+        raw = (lookup or lookup_attribute)(device, self._attribute)
         if raw is None:
             return None
         return attribute_elements(raw, list_types=self._list_types)
@@ -94,11 +102,11 @@ class Constraint:
             return True
         return request in self._requests or (bool(subrequest) and f"{request}/{subrequest}" in self._requests)
 
-    def add(self, request: str, subrequest: str, device: Device) -> bool:
+    def add(self, request: str, subrequest: str, device: Device, lookup: Lookup | None = None) -> bool:
         """Try to add a device; True (and state updated) if the constraint still holds."""
         if not self.applies_to(request, subrequest):
             return True
-        elements = self.elements_of(device)
+        elements = self.elements_of(device, lookup)
         if elements is None or (not elements and self._stack):
             return False
         if self._distinct:

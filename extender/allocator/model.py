@@ -82,6 +82,9 @@ class Device:
     node_name: str | None
     node_selector: dict[str, Any] | None
     all_nodes: bool
+    #: 1.37 DRADeviceCompatibilityGroups: the groups of each counter consumption, aligned with
+    #: `consumes_counters`; empty when no consumption names any (the common case).
+    counter_groups: tuple[frozenset[str], ...] = ()
     cel_input: Any = None
     selector_results: dict[str, Any] = field(default_factory=dict)
 
@@ -105,6 +108,9 @@ class Slice:
     per_device_node_selection: bool
     shared_counters: tuple[tuple[str, dict[str, Quantity]], ...]
     devices: tuple[Device, ...]
+    #: 1.37 DRAOptionalNodeOperations: node operations the driver lets kubelet skip (`["*"]`).
+    #: Only the 1.37 allocator reads it (a 1.36 API server drops the field).
+    skip_node_operations: tuple[str, ...] = ()
 
     @property
     def pool_id(self) -> PoolID:
@@ -152,6 +158,7 @@ def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str
         (c.get("counterSet", ""), _counters(c.get("counters"), f"{where}.consumesCounters[{i}]"))
         for i, c in enumerate(raw.get("consumesCounters") or ())
     )
+    groups = tuple(frozenset(c.get("compatibilityGroups") or ()) for c in raw.get("consumesCounters") or ())
     return Device(
         id=DeviceID(driver, pool, raw["name"]),
         slice_name=slice_name,
@@ -169,6 +176,7 @@ def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str
         node_name=raw.get("nodeName") or None,
         node_selector=raw.get("nodeSelector"),
         all_nodes=bool(raw.get("allNodes")),
+        counter_groups=groups if any(groups) else (),
     )
 
 
@@ -198,4 +206,5 @@ def parse_slice(raw: dict[str, Any]) -> Slice:
             for i, cs in enumerate(spec.get("sharedCounters") or ())
         ),
         devices=devices,
+        skip_node_operations=tuple(spec.get("skipNodeOperations") or ()),
     )

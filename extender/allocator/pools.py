@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+from extender.allocator.compatibility import slice_uses_groups
 from extender.allocator.features import Features
 from extender.allocator.model import PoolID, Slice
 from extender.allocator.nodeselection import Node, node_matches
@@ -62,10 +63,12 @@ def invalid_pools_detail(pools: Iterable[Pool]) -> str:
 
 def slice_is_relevant(slice_: Slice, node: Node | None, features: Features) -> bool:
     """Whether a slice contributes to the pools seen from `node`."""
+    if features.v137 and not features.compatibility_groups and slice_uses_groups(slice_):
+        return False  # ignored while DRADeviceCompatibilityGroups is off (see PoolFacts)
     if not features.partitionable_devices and (slice_.per_device_node_selection or slice_.shared_counters):
         return False
-    if slice_.shared_counters:
-        return True
+    if slice_.shared_counters and not features.v137:
+        return True  # 1.36: counter slices matter to every node; 1.37 goes by their node selection
     if slice_.node_name or slice_.all_nodes or slice_.node_selector is not None:
         return node_matches(
             node, node_name=slice_.node_name, all_nodes=slice_.all_nodes, node_selector=slice_.node_selector
@@ -86,7 +89,7 @@ def _reach(slice_: Slice, features: Features) -> tuple[int, tuple[str, ...]]:
     """(kind, node names): relevant nowhere, everywhere, to the named nodes only, or per selector."""
     if not features.partitionable_devices and (slice_.per_device_node_selection or slice_.shared_counters):
         return _NOWHERE, ()
-    if slice_.shared_counters:
+    if slice_.shared_counters and not features.v137:
         return _EVERYWHERE, ()
     if slice_.node_name:
         return _NAMED, (slice_.node_name,)
@@ -139,7 +142,13 @@ class PoolFacts:
         self.named: dict[str, list[Slice]] = {}
         self.selected: list[Slice] = []
         self.by_generation: dict[int, list[Slice]] = {}
+        # 1.37 with DRADeviceCompatibilityGroups off: slices that use groups are ignored (neither
+        # relevant nor counted for completeness), which leaves their pool incomplete; they still
+        # count for "obsolete" (max_generation), as upstream's checkSlicesInPool sees them.
+        ignore_grouped = features.v137 and not features.compatibility_groups
         for slice_ in self.slices:
+            if ignore_grouped and slice_uses_groups(slice_):
+                continue
             self.by_generation.setdefault(slice_.generation, []).append(slice_)
             kind, names = _reach(slice_, features)
             if kind == _EVERYWHERE:
@@ -149,7 +158,7 @@ class PoolFacts:
             elif kind == _NAMED:
                 for name in names:
                     self.named.setdefault(name, []).append(slice_)
-        self.max_generation: int | None = max(self.by_generation, default=None)
+        self.max_generation: int | None = max((s.generation for s in self.slices), default=None)
         self._position = {id(s): i for i, s in enumerate(self.slices)}
         self._gathered: dict[tuple[int, ...], tuple[tuple[Slice, ...], Pool | None]] = {}
         self._counter_sets: dict[tuple[int, ...], tuple[tuple[Slice, ...], CounterSets, str]] = {}
@@ -206,6 +215,10 @@ class PoolFacts:
         if partitionable:
             counter_slices = [s for s in slices if s.shared_counters]
             device_slices = [s for s in slices if not s.shared_counters]
+            if self.features.v137:
+                # 1.37: a counter slice not targeting the node is still the pool's (v0.37.2
+                # pools_experimental.go converts every slice of the complete pool).
+                counter_slices += [s for s in self._not_targeting(slices, all_for_pool) if s.shared_counters]
         else:
             counter_slices, device_slices = [], slices
 
@@ -227,10 +240,9 @@ class PoolFacts:
         if reason:
             return Pool(id=self.id, invalid=True, invalid_reason=reason)
 
-        not_targeting: list[Slice] = []
-        if all_for_pool is not None and len(all_for_pool) != len(slices):
-            names = {s.name for s in slices}
-            not_targeting = [s for s in all_for_pool if s.name not in names]
+        # Counter slices among them (1.37 only: 1.36 always counts them as targeting) hold no devices.
+        not_targeting = [s for s in self._not_targeting(slices, all_for_pool) if not s.shared_counters]
+        if not_targeting:
             reason = self._consumption_problem(counter_sets, not_targeting)
             if reason:
                 return Pool(id=self.id, invalid=True, invalid_reason=reason)
@@ -240,6 +252,17 @@ class PoolFacts:
             slices_not_targeting_node=not_targeting,
             counter_sets=counter_sets,
         )
+
+    def _not_targeting(self, slices: list[Slice], all_for_pool: list[Slice] | None) -> list[Slice]:
+        """The slices of the complete pool the node's relevant slices leave out (cluster order).
+
+        1.36 validates their devices' counter consumption; 1.37 also takes the counter sets of
+        the counter slices among them (and validates the others' consumption).
+        """
+        if all_for_pool is None or len(all_for_pool) == len(slices):
+            return []
+        names = {s.name for s in slices}
+        return [s for s in all_for_pool if s.name not in names]
 
     def _counter_sets_of(self, counter_slices: list[Slice]) -> tuple[CounterSets, str]:
         """The pool's counter sets from its counter slices (sorted by name), or a duplicate's reason.

@@ -35,6 +35,8 @@ class RequestSpec:
     admin_access: bool | None  # None when unset (subrequests never set it)
     tolerations: tuple[dict[str, Any], ...]
     capacity: dict[str, Quantity] | None  # `capacity.requests`, None when absent
+    #: 1.37 `derivedAttributes`: (fully qualified name, CEL expression); only 1.37 reads them.
+    derived_attributes: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_admin(self) -> bool:
@@ -104,6 +106,10 @@ def _spec(raw: dict[str, Any], name: str, *, subrequest: bool, apply_defaults: b
         capacity=None
         if capacity is None
         else {k: Quantity.parse(v) for k, v in (capacity.get("requests") or {}).items()},
+        derived_attributes=tuple(
+            (str(d.get("name") or ""), str(d.get("expression") or ""))
+            for d in raw.get("derivedAttributes") or ()
+        ),
     )
 
 

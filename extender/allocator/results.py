@@ -58,6 +58,8 @@ def _result_json(result: DeviceResult, features: Features) -> dict[str, Any]:
             out["bindingConditions"] = list(device.binding_conditions)
         if device.binding_failure_conditions:
             out["bindingFailureConditions"] = list(device.binding_failure_conditions)
+    if features.v137 and result.slice.skip_node_operations:
+        out["skipNodeOperations"] = list(result.slice.skip_node_operations)
     if result.share_id:
         out["shareID"] = result.share_id
     if result.consumed_capacity:
@@ -69,6 +71,8 @@ def _configs(
     claim: ClaimSpec,
     chosen_classes: Sequence[tuple[str, DeviceClassSpec]],
     selected_subrequests: dict[int, int],
+    *,
+    v137: bool = False,
 ) -> list[dict[str, Any]]:
     configs: list[dict[str, Any]] = []
     by_class: dict[str, list[dict[str, Any]]] = {}
@@ -93,7 +97,33 @@ def _configs(
                 chosen = request.first_available[selected_subrequests.get(index, 0)]
                 if f"{request.name}/{chosen.name}" in names:
                     configs.append({"source": "FromClaim", "requests": list(names), **body})
+                else:
+                    continue
+            else:
+                continue
+            if v137:
+                break  # 1.37: a config naming several requests is added once, not once per request
+    if v137:
+        # 1.37: a config that covers every request (by name, or its chosen subrequest's) is
+        # written with no `requests`, which means "all".
+        covering = _covering_names(claim, selected_subrequests)
+        for config in configs:
+            names = config.get("requests")
+            if names and all(any(n in names for n in options) for options in covering):
+                del config["requests"]
     return configs
+
+
+def _covering_names(claim: ClaimSpec, selected_subrequests: dict[int, int]) -> list[tuple[str, ...]]:
+    """Per request, the names under which a config covers it (request, or request/chosen subrequest)."""
+    out: list[tuple[str, ...]] = []
+    for index, request in enumerate(claim.requests):
+        if request.first_available:
+            chosen = request.first_available[selected_subrequests.get(index, 0)]
+            out.append((request.name, f"{request.name}/{chosen.name}"))
+        else:
+            out.append((request.name,))
+    return out
 
 
 def _node_selector(results: Sequence[DeviceResult], node_name: str) -> dict[str, Any] | None:
@@ -150,7 +180,7 @@ def build_allocation(
 ) -> ClaimAllocation:
     """The `status.allocation` of one claim from its chosen devices."""
     devices: dict[str, Any] = {"results": [_result_json(r, features) for r in results]}
-    configs = _configs(claim, chosen_classes, selected_subrequests)
+    configs = _configs(claim, chosen_classes, selected_subrequests, v137=features.v137)
     if configs:
         devices["config"] = configs
     allocation: dict[str, Any] = {"devices": devices}

@@ -6,7 +6,9 @@ Public API (other modules are internal):
   (including upstream's "too complex, exceeds cost limit" when the estimated cost is too high);
 - `CompiledSelector.evaluate(device, should_stop=...) -> bool`; raises `CelRuntimeError`, or
   `SelectorsInterrupted` (text from `interrupted(cause)`) once `should_stop` gives a cause;
-- `build_device_input(...) -> DeviceInput`, the CEL `device` variable, built once per device.
+- `build_device_input(...) -> DeviceInput`, the CEL `device` variable, built once per device;
+- `enhance_runtime_error(text)`, Kubernetes 1.37's optional-chaining hint on "no such key";
+- `evaluate_derived(text, device) -> attribute value`, a 1.37 derived attribute (`derived`).
 
 Layout: `parsing` (cel-python's grammar, extended for the optional syntax; cel-go's error
 layout); `compiling` (tree walking and declaration checks) building closures from `programs`,
@@ -17,7 +19,9 @@ charge); `devices` (the `device` variable); `selectors` (the cache and public en
 docs/cel.md has the environment audit and the cost model.
 """
 
+from extender.cel.derived import evaluate_derived
 from extender.cel.devices import DeviceInput, build_device_input
+from extender.cel.hints import enhance_runtime_error
 from extender.cel.selectors import CompiledSelector, clear_compile_cache, compile_selector, interrupted
 
 __all__ = [
@@ -26,5 +30,7 @@ __all__ = [
     "build_device_input",
     "clear_compile_cache",
     "compile_selector",
+    "enhance_runtime_error",
+    "evaluate_derived",
     "interrupted",
 ]

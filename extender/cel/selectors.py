@@ -63,20 +63,25 @@ class CompiledSelector:
             SelectorsInterrupted: `should_stop` gave a cause (`interrupted`'s text); nothing is
                 known about the device, so nothing may be cached for it.
         """
+        result = self.value(device, should_stop=should_stop)
+        if type(result) is bool:
+            return result
+        raise CelRuntimeError(f"CEL result of type {type_name(result)} could not be converted to bool")
+
+    def value(self, device: DeviceInput, *, should_stop: Callable[[], str | None] | None = None) -> Any:
+        """The expression's value for the device, whatever its type (`evaluate` requires a bool;
+        derived attributes take scalars and lists). Raises as `evaluate` does."""
         env = self._template.copy()
         env[0] = device.root
         env[1] = budget_cell(COST_BUDGET, should_stop)
         try:
-            result = self._program(env)
+            return self._program(env)
         except Interrupted as exc:
             raise SelectorsInterrupted(interrupted(exc.cause)) from None
         except EVAL_ERRORS as exc:
             raise CelRuntimeError(str(as_cel_error(exc))) from exc
         except RecursionError:
             raise CelRuntimeError("expression nesting exceeds the evaluation depth limit") from None
-        if type(result) is bool:
-            return result
-        raise CelRuntimeError(f"CEL result of type {type_name(result)} could not be converted to bool")
 
     def __repr__(self) -> str:
         return f"CompiledSelector({self.expression!r})"

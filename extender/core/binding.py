@@ -109,7 +109,7 @@ def choose_for_bind(
             pod = found
             claims = resolve_pod_claims(pod, placement.state, assumed=placement.assumed.active())
     for claim in claims.allocated:
-        if not allocation_fits_node(claim, node_obj):
+        if not allocation_fits_node(claim, node_obj, v137=placement.features.v137):
             raise BindRefusal(f"resourceclaim {claim.ref} not available on node {node}", NO_FIT)
         if admit_allocated is not None:
             admit_allocated(claim)

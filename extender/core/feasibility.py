@@ -45,6 +45,8 @@ def simple_requests(claims: list[ClaimSpec]) -> list[RequestSpec] | None:
                 return None
             if not spec.class_name or any(s.expression is None for s in spec.selectors):
                 return None  # invalid input: the search reports it exactly as upstream does
+            if spec.derived_attributes:
+                return None  # 1.37: an error with the gate off, which the search reports
             devices_in_claim += spec.count
             requests.append(spec)
         if devices_in_claim > MAX_DEVICES_PER_CLAIM:

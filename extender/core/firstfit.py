@@ -72,6 +72,8 @@ def _modelled(spec: RequestSpec, index: DeviceIndex) -> bool:
         return False
     if any(s.expression is None for s in spec.selectors):
         return False
+    if spec.derived_attributes:
+        return False  # 1.37 derived attributes (or their error with the gate off): the search's
     if spec.mode == EXACT_COUNT:
         return spec.count > 0
     return spec.mode == ALL

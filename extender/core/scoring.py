@@ -197,6 +197,8 @@ def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) ->
                 return None
             if spec.admin_access or spec.capacity is not None or spec.class_name not in index.classes:
                 return None
+            if spec.derived_attributes:
+                return None  # 1.37 derived attributes: constraint values per request, the search's
             if any(s.expression is None for s in spec.selectors):
                 return None
             requests.append((position, spec))

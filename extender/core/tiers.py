@@ -251,11 +251,15 @@ def decide(
     index = view.index()
     known = index.nodes
     allocated = evaluation.claims.allocated
+    v137 = index.features.v137
     pending: list[str] = []
     for name in names:
         node = known.get(name)
         unusable = (
-            next((c for c in allocated if not allocation_fits_node(c, node or bare_node(name))), None)
+            next(
+                (c for c in allocated if not allocation_fits_node(c, node or bare_node(name), v137=v137)),
+                None,
+            )
             if allocated
             else None
         )

@@ -31,6 +31,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from extender.allocator.compatibility import slice_uses_groups
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID, PoolID, Slice
 from extender.allocator.pools import Pool
@@ -88,6 +89,14 @@ def _block_counters(block: _NodeBlock, features: Features) -> _BlockCounters:
     incomplete = any(pool.incomplete for _, pool in relevant)
     pool_numbers = {id(pool): number for number, pool in relevant}
     binding_pools = {id(pool) for _, pool in relevant if pool.has_binding_conditions}  # a device scan each
+    # 1.37 DRADeviceCompatibilityGroups: the kernel does not model groups, so every counter device
+    # of a pool that uses them goes to the exact search (a scan per pool only with the gate on).
+    grouped_pools = {
+        id(pool)
+        for _, pool in relevant
+        if features.compatibility_groups
+        and any(slice_uses_groups(s) for s in (*pool.slices, *pool.slices_not_targeting_node))
+    }
     for pool_number, pool in relevant:
         if pool.incomplete or pool.invalid:
             continue  # no row of this node comes from the pool: its counters do not matter here
@@ -136,6 +145,8 @@ def _block_counters(block: _NodeBlock, features: Features) -> _BlockCounters:
             or slice_.per_device_node_selection
             or id(pool) in binding_pools
             or (bool(device.consumes_counters) and not features.partitionable_devices)
+            or (features.v137 and bool(slice_.skip_node_operations))  # node-dependent in 1.37
+            or id(pool) in grouped_pools
         )
 
     def ints(values: list[int]) -> np.ndarray:

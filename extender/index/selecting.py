@@ -101,7 +101,8 @@ class CachingEvaluator:
                     {name: {"value": str(spec.value)} for name, spec in device.capacity.items()},
                     device.allow_multiple_allocations,
                     consumable_capacity=self._features.consumable_capacity,
-                    list_type_attributes=self._features.list_type_attributes,
+                    # 1.37 converts list values whatever DRAListTypeAttributes says (v0.37.2 cel/compile.go).
+                    list_type_attributes=self._features.list_type_attributes or self._features.v137,
                 )
             except CelRuntimeError as exc:
                 device.cel_input = exc

@@ -188,6 +188,8 @@ def _node_block(
                     or (features.consumable_capacity and device.allow_multiple_allocations)
                     or slice_.per_device_node_selection
                     or pool.has_binding_conditions
+                    # 1.37: allocatable only where the node declares DRAOptionalNodeOperations
+                    or (features.v137 and bool(slice_.skip_node_operations))
                 )
                 tainted.append(
                     features.device_taints and any(t.effect in BLOCKING_EFFECTS for t in device.taints)

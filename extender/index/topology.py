@@ -360,6 +360,7 @@ def node_partitions(model: TopologyModel, devices: Sequence[Device], pools: Sequ
                 or device.allow_multiple_allocations
                 or slice_.per_device_node_selection
                 or pool.has_binding_conditions
+                or slice_.skip_node_operations  # 1.37: node-dependent (DRAOptionalNodeOperations)
             )
             set_name, consumed = device.consumes_counters[0]
             key: tuple[Any, ...] = ("counters", pool.id, set_name)

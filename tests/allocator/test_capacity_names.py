@@ -1,8 +1,9 @@
 """Capacity names are matched literally in Kubernetes 1.36 (allocator v0.36.2).
 
 A request for `gpu.example.com/memory` does not find a device capacity published as `memory`,
-nor the reverse. Kubernetes 1.37's qualified-name rule (dra.md §3.5) is behind
-`Features.capacity_names_1_37` / the `Kubernetes137CapacityNames` switch.
+nor the reverse; Kubernetes 1.37.2 (v0.37.2) does the same. The qualified-name rule of 1.37
+development code (dra.md §3.5) is `Features.capacity_names_1_37`, which no configuration sets
+(the `Kubernetes137CapacityNames` switch is retired).
 """
 
 from __future__ import annotations
@@ -81,6 +82,23 @@ def test_qualified_rule_rejects_one_capacity_named_twice() -> None:
     assert run(slices, [device_class("gpu", DRIVER)], [both]) is None
 
 
-def test_switch_is_named_after_its_kubernetes_version() -> None:
-    assert Features.from_gates().capacity_names_1_37 is False
-    assert Features.from_gates({"Kubernetes137CapacityNames": True}).capacity_names_1_37 is True
+def test_no_version_turns_the_qualified_rule_on() -> None:
+    """v0.37.2 matches capacity names literally too (checked with the 1.37 oracle), so neither
+    version sets the development-code rule, and the retired switch says what replaced it."""
+    for version in ("1.36", "1.37"):
+        assert Features.from_gates(version=version).capacity_names_1_37 is False
+    with pytest.raises(ValueError, match=r"Kubernetes137CapacityNames is retired.*--kubernetes-version"):
+        Features.from_gates({"Kubernetes137CapacityNames": True})
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["dedicated", "multi-allocatable"])
+def test_literal_rule_in_137(multi: bool) -> None:
+    """1.37 (v0.37.2): a bare name on the device and a qualified one in the request still differ."""
+    features = Features.from_gates(version="1.37")
+    result = run(
+        _one_device_cluster("memory", multi=multi),
+        [device_class("gpu", DRIVER)],
+        [_claim_for(f"{DRIVER}/memory")],
+        features=features,
+    )
+    assert result is None

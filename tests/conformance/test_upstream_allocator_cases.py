@@ -66,9 +66,9 @@ def _allocated_state(case: dict[str, Any]) -> AllocatedState:
     return AllocatedState(devices=devices, shared_ids=shared, aggregated_capacity=aggregated)
 
 
-def run_case(case: dict[str, Any]) -> dict[str, Any]:
-    """Run one case through our allocator; returns a dict shaped like `expected`."""
-    features = Features.from_conformance(case["features"])
+def run_case(case: dict[str, Any], version: str = "1.36") -> dict[str, Any]:
+    """Run one case through our allocator as Kubernetes `version`; returns a dict shaped like `expected`."""
+    features = Features.from_conformance(case["features"], version)
     slices = [parse_slice(s) for s in case.get("resourceSlices") or ()]
     by_pool: dict[Any, list[Any]] = {}
     for slice_ in slices:

@@ -501,3 +501,29 @@ def test_counter_names_are_dns_labels_as_the_api_server_validates(name, valid):
         },
     }
     assert (problems(slice_) == []) is valid
+
+
+def _claim_with_derived(derived: Any) -> Obj:
+    request = {"name": "r", "exactly": {"deviceClassName": "gpu", "derivedAttributes": derived}}
+    return {
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {"devices": {"requests": [request], "constraints": [{"matchAttribute": "x.example.com/a"}]}},
+    }
+
+
+def test_derived_attributes_are_checked_at_the_edge() -> None:
+    """Kubernetes 1.37's derivedAttributes: fully qualified unique names, an expression each."""
+    good = [{"name": "x.example.com/a", "expression": "device.driver"}]
+    assert problems(_claim_with_derived(good)) == []
+    bad = [
+        {"name": "a", "expression": "1"},
+        {"name": "x.example.com/b"},
+        {"name": "x.example.com/b", "expression": "2"},
+    ]
+    found = problems(_claim_with_derived(bad))
+    assert any("derivedAttributes[0].name" in p and "fully qualified" in p for p in found), found
+    assert any("derivedAttributes[1].expression" in p and "required" in p for p in found), found
+    assert any("duplicate derived attribute x.example.com/b" in p for p in found), found
+    found = problems(_claim_with_derived("not a list"))
+    assert any("derivedAttributes" in p for p in found), found

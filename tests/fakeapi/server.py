@@ -165,6 +165,8 @@ class FakeApiServer:
         self.bookmark_interval = bookmark_interval
         self.host = host
         self.url = ""
+        #: What `GET /version` answers as gitVersion (kube mode reads it when no version is set).
+        self.git_version = "v1.36.3"
         #: Called with a RequestInfo after the request is read and before it is answered; it runs
         #: on the server's loop, so it must be quick or return an awaitable (which is awaited).
         self.on_request: Callable[[RequestInfo], Awaitable[None] | None] | None = None
@@ -215,6 +217,8 @@ class FakeApiServer:
 
     async def _start_site(self) -> None:
         app = web.Application(client_max_size=64 * 1024**2)
+        app.router.add_get("/version", self._version)
+        app.router.add_get("/version/", self._version)  # the python client asks with the slash
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -433,6 +437,22 @@ class FakeApiServer:
                     return ApiError(rule.status, rule.message)
             self._control.fail_rules = [r for r in self._control.fail_rules if r.remaining > 0]
         return None
+
+    async def _version(self, request: web.Request) -> web.StreamResponse:
+        major, minor = self.git_version.removeprefix("v").split(".")[:2]
+        # Every field a real server sends (the client's model requires them all).
+        info = {
+            "major": major,
+            "minor": minor,
+            "gitVersion": self.git_version,
+            "gitCommit": "0" * 40,
+            "gitTreeState": "clean",
+            "buildDate": "2026-01-01T00:00:00Z",
+            "goVersion": "go1.26",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
+        return _json(info, 200)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:

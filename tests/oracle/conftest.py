@@ -42,16 +42,19 @@ class Stats:
     picked_examples: list[str] = field(default_factory=list)
 
 
-STATS = Stats()
+#: Per Kubernetes version judged.
+STATS: dict[str, Stats] = {}
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if STATS.cases:
+    for version, stats in STATS.items():
+        if not stats.cases:
+            continue
         terminalreporter.write_line(
-            f"oracle differential: {STATS.cases} cases judged in {STATS.seconds:.1f} s (wall, "
-            f"slowest allocation {STATS.slowest:.2f} s) "
-            f"(upstream: {STATS.by_status}; documented differences: {STATS.known or 'none'}; "
-            f"the scheduler's implementation answered otherwise: {STATS.picked_differs or 'never'})"
+            f"oracle differential {version}: {stats.cases} cases judged in {stats.seconds:.1f} s (wall, "
+            f"slowest allocation {stats.slowest:.2f} s) "
+            f"(upstream: {stats.by_status}; documented differences: {stats.known or 'none'}; "
+            f"the scheduler's implementation answered otherwise: {stats.picked_differs or 'never'})"
         )
-        for example in STATS.picked_examples:
+        for example in stats.picked_examples:
             terminalreporter.write_line(f"  {example}")

@@ -15,7 +15,12 @@ Only the oracle's own answers decide, never the shape of the generated case:
   `All` request for a broken constraint and the oracle, asked about the claims up to that
   request, allocates them with a repeated distinct value; generally, when the oracle allocates
   some first part of the claims (cut after a request) with a repeated distinct value, upstream's
-  search went where ours rightly does not, and what follows is explained by (c).
+  search went where ours rightly does not, and what follows is explained by (c); or, judging
+  1.36, the 1.37 oracle (v0.37.2, where upstream fixed (c)) gives exactly our answer and,
+  without the `distinctAttribute` constraints, the 1.36 oracle and ours agree: upstream 1.36
+  remembered one value per request
+  (e.g. an `All` request over families ampere, hopper, ampere: upstream 1.36 goes past the
+  repeated ampere, 1.37 and ours refuse it).
 """
 
 from __future__ import annotations
@@ -179,8 +184,13 @@ def known_difference(
     ours_of: Callable[[Obj], Obj],
     upstream_of: Callable[[Obj], Obj],
     difference: Callable[[Obj, Obj], str],
+    fixed_upstream_of: Callable[[Obj], Obj] | None = None,
 ) -> str:
-    """Which documented difference explains a disagreement: "b", "c", or "" (a bug)."""
+    """Which documented difference explains a disagreement: "b", "c", or "" (a bug).
+
+    `fixed_upstream_of`: the answer of the upstream version that fixed (c) (the 1.37 oracle),
+    when judging 1.36; None otherwise.
+    """
     if upstream["status"] == "allocated" and distinct_broken(case, upstream["allocations"]):
         return "c"
     mine = ours_of(case)
@@ -205,4 +215,21 @@ def known_difference(
     renamed = renamed_pools(case)
     if renamed != case and difference(ours_of(renamed), upstream_of(renamed)) == "":
         return "b"
+    if fixed_upstream_of is not None and difference(mine, fixed_upstream_of(case)) == "":
+        # Only if the distinct constraints are the cause: without them both sides agree (a bug
+        # of ours that copies 1.37 elsewhere would still show there).
+        without = _without_distinct(case)
+        if without != case and difference(ours_of(without), upstream_of(without)) == "":
+            return "c"
     return ""
+
+
+def _without_distinct(case: Obj) -> Obj:
+    """The case with every `distinctAttribute` constraint dropped."""
+    out = copy.deepcopy(case)
+    for claim in out.get("claims") or ():
+        devices = claim["spec"]["devices"]
+        kept = [c for c in devices.get("constraints") or () if "distinctAttribute" not in c]
+        if "constraints" in devices:
+            devices["constraints"] = kept
+    return out

@@ -14,9 +14,9 @@ from typing import Any
 from tests.conformance.test_upstream_allocator_cases import run_case
 
 
-def ours(case: dict[str, Any]) -> dict[str, Any]:
-    """Our allocator's answer (extender/allocator, the exact search)."""
-    got = run_case(case)
+def ours(case: dict[str, Any], version: str = "1.36") -> dict[str, Any]:
+    """Our allocator's answer (extender/allocator, the exact search) with Kubernetes `version`'s semantics."""
+    got = run_case(case, version)
     if got["status"] == "allocated":
         got["allocations"] = json.loads(json.dumps(got["allocations"]))
     return got

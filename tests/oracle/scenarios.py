@@ -6,8 +6,10 @@ shares held by other claims, and the allocator's feature switches. Every feature
 has is drawn: shared counters (partitionable devices), `firstAvailable`, `allocationMode: All`,
 match/distinct constraints over scalar and list attributes, taints and tolerations, consumable
 capacity and multi-allocatable devices, admin access, binding conditions, per-device node
-selection, and invalid pools. Sizes stay small (a handful of devices per pool): disagreements
-show up on small inputs, and small inputs keep thousands of cases within a CI budget.
+selection, and invalid pools; and Kubernetes 1.37's fields (compatibility groups, derived
+attributes, skipped node operations with the node's declared features, fractional capacity
+ranges), which the 1.36 oracle and ours as 1.36 ignore. Sizes stay small (a handful of devices
+per pool): disagreements show up on small inputs, and small inputs keep thousands of cases within a CI budget.
 
 A rare event is drawn as `integers(0, N) == N`, not `== 0`: hypothesis starts from and shrinks
 towards small draws, and the rare branch should not be its default.
@@ -35,6 +37,17 @@ FEATURES = (
     "ConsumableCapacity",
     "DeviceBindingAndStatus",
     "ListTypeAttributes",
+    # Kubernetes 1.37's (the 1.36 oracle and ours as 1.36 ignore them, as their Features do).
+    "CompatibilityGroups",
+    "DerivedAttributes",
+    "FractionalCapacityRange",
+    "OptionalNodeOperations",
+)
+# Kubernetes 1.37 derived attributes a request may define, and constraints may then compare.
+DERIVED = (
+    ("example.com/fam", "device.attributes[device.driver].family"),
+    ("example.com/fam", '"same"'),
+    ("example.com/fam", "device.attributes[device.driver].model"),
 )
 FAMILIES = ("ampere", "hopper", "ada")
 TAINT_EFFECTS = ("NoSchedule", "NoExecute", "None")
@@ -103,6 +116,15 @@ def _device(draw: Any, name: str, counter_sets: dict[str, int], *, per_device_no
                 },
             }
         }
+        if draw(st.integers(0, 3)) == 3:
+            # A fractional range (1.37 DRAFractionalCapacityRange; whole numbers without it).
+            device["capacity"]["memory"] = {
+                "value": "4",
+                "requestPolicy": {
+                    "default": "500m",
+                    "validRange": {"min": "500m", "max": "4", "step": "250m"},
+                },
+            }
     elif shape < 5:
         device["capacity"] = {"memory": {"value": f"{draw(st.sampled_from([8, 16, 40]))}Gi"}}
     if counter_sets and draw(st.booleans()):
@@ -110,6 +132,10 @@ def _device(draw: Any, name: str, counter_sets: dict[str, int], *, per_device_no
         device["consumesCounters"] = [
             {"counterSet": counter_set, "counters": {"mem": {"value": f"{draw(st.integers(1, 3))}Gi"}}}
         ]
+        if draw(st.integers(0, 4)) == 4:
+            # 1.37 compatibility groups (a slice using them is ignored while the gate is off).
+            groups = draw(st.sampled_from([["a"], ["b"], ["a", "b"]]))
+            device["consumesCounters"][0]["compatibilityGroups"] = groups
     if draw(st.integers(0, 5)) == 5:
         taint: Obj = {"key": "example.com/maintenance", "effect": draw(st.sampled_from(TAINT_EFFECTS))}
         if draw(st.booleans()):
@@ -175,6 +201,7 @@ def _pool(draw: Any, driver: str, number: int, *, shared_names: bool, lists: boo
     # Now and then a stale slice of an older generation, which the allocator must ignore.
     stale = draw(st.integers(0, 20)) == 20
     zone = draw(st.sampled_from(["a", "a", "b"]))
+    skip_operations = draw(st.integers(0, 8)) == 8
     slices = []
     for index, extra in enumerate(specs):
         generation = 1 if stale and index == 0 else (2 if stale else 1)
@@ -193,6 +220,8 @@ def _pool(draw: Any, driver: str, number: int, *, shared_names: bool, lists: boo
         else:
             spec["perDeviceNodeSelection"] = True
         spec.update(extra)
+        if skip_operations and "devices" in extra:
+            spec["skipNodeOperations"] = ["*"]  # 1.37 DRAOptionalNodeOperations
         slices.append({"metadata": {"name": f"{prefix}-{pool}-{index}"}, "spec": spec})
     return slices
 
@@ -216,7 +245,11 @@ def _request_body(draw: Any, class_names: list[str]) -> Obj:
             toleration["effect"] = draw(st.sampled_from(TAINT_EFFECTS[:2]))
         body["tolerations"] = [toleration]
     if draw(st.integers(0, 4)) == 4:
-        body["capacity"] = {"requests": {"memory": f"{draw(st.sampled_from([5, 10, 20]))}Gi"}}
+        amount = draw(st.sampled_from(["5Gi", "10Gi", "20Gi", "20Gi", "750m"]))
+        body["capacity"] = {"requests": {"memory": amount}}
+    if draw(st.integers(0, 6)) == 6:
+        name, expression = draw(st.sampled_from(DERIVED))
+        body["derivedAttributes"] = [{"name": name, "expression": expression}]
     if draw(st.integers(0, 12)) == 12:
         body["adminAccess"] = True
     return body
@@ -249,6 +282,7 @@ def _claim(draw: Any, number: int) -> Obj:
                     "gpu.example.com/family",
                     "resource.kubernetes.io/numaNode",
                     "resource.kubernetes.io/numas",
+                    "example.com/fam",
                 ]
             )
         )
@@ -308,12 +342,17 @@ def scenarios(draw: Any) -> Obj:
         "claims": [draw(_claim(n)) for n in range(draw(st.integers(1, 2)))],
         "node": {"metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE, "zone": "a"}}},
     }
+    if draw(st.booleans()):
+        scenario["node"]["status"] = {"declaredFeatures": ["DRAOptionalNodeOperations"]}
     if held:
+        # Shares exist in the scheduler's allocated state only with DRAConsumableCapacity on: with
+        # it off, kube-scheduler turns every shared device ID into its device ID (v1.36.3
+        # dynamicresources/dra_manager.go), so a share then holds the whole device.
         multi = {
             f"{s['spec']['driver']}/{s['spec']['pool']['name']}/{d['name']}"
             for s in slices
             for d in s["spec"].get("devices", [])
-            if d.get("allowMultipleAllocations")
+            if d.get("allowMultipleAllocations") and switches.get("ConsumableCapacity")
         }
         scenario["allocatedDevices"] = [h for h in held if h not in multi]
         shares = [h for h in held if h in multi]
