@@ -45,6 +45,15 @@ GATE_DEFAULTS_137: dict[str, bool] = {
 #: Gate defaults per supported Kubernetes version.
 VERSION_GATE_DEFAULTS: dict[str, dict[str, bool]] = {"1.36": GATE_DEFAULTS, "1.37": GATE_DEFAULTS_137}
 
+#: GA gates locked to their default per version (`LockToDefault: true` in kube_features.go of
+#: v1.36.3 / v1.37.2): kube components refuse to set them otherwise, and so does this service.
+LOCKED_GATES: dict[str, frozenset[str]] = {
+    "1.36": frozenset({"DRAAdminAccess"}),
+    "1.37": frozenset(
+        {"DRAAdminAccess", "DRAExtendedResource", "DRAPrioritizedList", "DRAResourceClaimDeviceStatus"}
+    ),
+}
+
 #: Retired entries, with what replaces them (a clear error rather than silently ignoring them).
 RETIRED_GATES: dict[str, str] = {
     "Kubernetes137CapacityNames": (
@@ -99,8 +108,8 @@ class Features:
     def from_gates(cls, gates: dict[str, bool] | None = None, version: str = DEFAULT_VERSION) -> Features:
         """Build from Kubernetes gate names over `version`'s defaults.
 
-        Raises ValueError for an unsupported version, a retired entry, or a gate the version
-        does not know (listing the known ones).
+        Raises ValueError for an unsupported version, a retired entry, a gate the version does
+        not know (listing the known ones), or a locked gate set away from its default.
         """
         defaults = VERSION_GATE_DEFAULTS[check_version(version)]
         merged = dict(defaults)
@@ -111,6 +120,12 @@ class Features:
                 known = ", ".join(sorted(defaults))
                 raise ValueError(
                     f"unknown feature gate {name!r} for Kubernetes {version}; known gates: {known}"
+                )
+            if name in LOCKED_GATES[version] and value != defaults[name]:
+                # component-base's text for a locked gate
+                raise ValueError(
+                    f"cannot set feature gate {name} to {str(value).lower()}, feature is locked to "
+                    f"{str(defaults[name]).lower()} (Kubernetes {version})"
                 )
             merged[name] = value
         return cls(

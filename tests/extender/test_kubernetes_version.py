@@ -94,3 +94,26 @@ def test_unsupported_server_version_names_the_override() -> None:
         version_of({"gitVersion": "v1.35.1", "major": "1", "minor": "35"})
     text = str(caught.value)
     assert "Kubernetes 1.35" in text and "supported: 1.36, 1.37" in text and "--kubernetes-version" in text
+
+
+@pytest.mark.parametrize(
+    ("version", "gate", "value"),
+    [
+        ("1.36", "DRAAdminAccess", False),
+        ("1.37", "DRAExtendedResource", False),
+        ("1.37", "DRAPrioritizedList", False),
+        ("1.37", "DRAResourceClaimDeviceStatus", False),
+    ],
+)
+def test_a_locked_gate_cannot_leave_its_default(version: str, gate: str, value: bool) -> None:
+    """GA gates locked to their default (LockToDefault in kube_features.go) are refused with
+    component-base's text; naming them at their default is fine."""
+    expected = f"cannot set feature gate {gate} to false, feature is locked to true"
+    with pytest.raises(ValueError, match=expected):
+        Features.from_gates({gate: value}, version)
+    assert Features.from_gates({gate: not value}, version) == Features.from_gates({}, version)
+
+
+def test_a_gate_locked_only_in_137_can_be_turned_off_in_136() -> None:
+    """DRAExtendedResource is beta in 1.36 (switchable) and locked on in 1.37."""
+    assert not Features.from_gates({"DRAExtendedResource": False}, "1.36").extended_resource
