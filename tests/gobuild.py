@@ -9,7 +9,9 @@
 Each target is a small Go module of ours under `tests/` that pins upstream's versions (go.mod and
 go.sum); nothing is fetched from anywhere but the Go module proxy. Binaries land in a cache
 directory outside the checkout, one folder per target keyed by its version and a hash of the
-module's own files, so a second build is a no-op and an edit to a pin or to our Go source rebuilds:
+module's own files and build flags, so a second build is a no-op and an edit to a pin, to our Go
+source or to the flags rebuilds (the control plane is stamped with its version, as upstream's
+release build does, so that `/version` answers `v1.36.3`):
 
     ${DRA_E2E_CACHE:-${XDG_CACHE_HOME:-~/.cache}/dra-topology-extender/go}/<target>-<key>/
 
@@ -48,6 +50,8 @@ class Target:
     """The module file to build with (`-modfile`), so one source can be built at two versions."""
     in_ci: bool = True
     """Built by `.ci/run` (a target only a person builds says why in its module)."""
+    ldflags: str = ""
+    """`go build -ldflags` (part of the cache key)."""
 
     def binaries(self) -> dict[str, Path]:
         out = output_dir(self)
@@ -61,6 +65,15 @@ class Target:
         return package.rstrip("/").rsplit("/", 1)[-1]
 
 
+def _kubernetes_version_ldflags(version: str) -> str:
+    """The version stamps upstream's build (hack/lib/version.sh) writes into component-base, so
+    that `/version` says `v1.36.3` as a released API server does; an unstamped build reports
+    `v0.0.0-master+$Format:%H$`, which a client reading the server's version cannot use."""
+    major, minor = version.removeprefix("v").split(".")[:2]
+    stamps = {"gitVersion": version, "gitMajor": major, "gitMinor": minor, "gitTreeState": "clean"}
+    return " ".join(f"-X k8s.io/component-base/version.{k}={v}" for k, v in stamps.items())
+
+
 _K8S_COMMANDS = tuple(
     f"k8s.io/kubernetes/cmd/{c}" for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 )
@@ -68,8 +81,21 @@ _K8S_COMMANDS = tuple(
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("kubernetes-1.36", TESTS / "e2e/gomod/k8s-1.36", "v1.36.3", _K8S_COMMANDS),
-        Target("kubernetes-1.37", TESTS / "e2e/gomod/k8s-1.37", "v1.37.2", _K8S_COMMANDS, in_ci=False),
+        Target(
+            "kubernetes-1.36",
+            TESTS / "e2e/gomod/k8s-1.36",
+            "v1.36.3",
+            _K8S_COMMANDS,
+            ldflags=_kubernetes_version_ldflags("v1.36.3"),
+        ),
+        Target(
+            "kubernetes-1.37",
+            TESTS / "e2e/gomod/k8s-1.37",
+            "v1.37.2",
+            _K8S_COMMANDS,
+            in_ci=False,
+            ldflags=_kubernetes_version_ldflags("v1.37.2"),
+        ),
         Target("etcd", TESTS / "e2e/gomod/etcd", "v3.6", (".",)),
         Target(
             "jaeger", TESTS / "e2e/gomod/jaeger", "v1.76.0", ("github.com/jaegertracing/jaeger/cmd/jaeger",)
@@ -91,6 +117,7 @@ def module_key(target: Target) -> str:
     """A hash of the module's own files: the pins (go.mod/go.sum) and our Go source."""
     digest = hashlib.sha256()
     digest.update(target.modfile.encode())
+    digest.update(target.ldflags.encode())
     for path in sorted(target.directory.rglob("*")):
         if path.is_file() and (path.suffix in (".go", ".mod", ".sum")):
             digest.update(str(path.relative_to(target.directory)).encode())
@@ -123,6 +150,7 @@ def build(target: Target, *, log: bool = True) -> dict[str, Path]:
             "-trimpath",
             "-buildvcs=false",
             f"-modfile={target.modfile}",
+            *([f"-ldflags={target.ldflags}"] if target.ldflags else []),
             "-o",
             str(partial / name),
             package,
