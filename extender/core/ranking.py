@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from itertools import filterfalse
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class Ranker:
 
     def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
         """Topology scores of the given passed nodes (computed once per evaluation and node)."""
-        missing = [name for name in names if name not in evaluation.scores]
+        missing = evaluation.scores.unscored_among(names)
         if missing and evaluation.specs and not evaluation.error:
             self._score_nodes(evaluation, missing)
         return evaluation.scores
@@ -219,13 +220,13 @@ class Ranker:
         """
         book = evaluation.first_fit_sets
         plan = evaluation.first_fit
-        mine = [name for name in names if name in book]
+        mine = book.among(names)
         if not mine or plan is None:
             return names
         chosen, slots = book.gather(mine)
         width = max(int((chosen >= 0).sum(axis=1).max()), 1)
         chosen, slots = chosen[:, :width], slots[:, :width]
-        positions = np.fromiter((index.node_pos[n] for n in mine), dtype=np.int64, count=len(mine))
+        positions = np.fromiter(map(index.node_pos.__getitem__, mine), dtype=np.int64, count=len(mine))
         methods = np.full(len(mine), FIRST_FIT, dtype=object)
         single = scoring.single_partition_request(evaluation.specs, index) if width == 1 else None
         if single is not None:
@@ -252,5 +253,4 @@ class Ranker:
                 [mine[i] for i in members], final, parts, preference[members], chosen[members],
                 methods[members],
             )  # fmt: skip
-        taken = set(mine)
-        return [name for name in names if name not in taken]
+        return list(filterfalse(set(mine).__contains__, names))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from itertools import filterfalse, repeat
 from typing import Any
 
 import numpy as np
@@ -114,7 +115,7 @@ class ScoreBook:
         """Record one kernel call's results for `names` (aligned with the arrays)."""
         batch = len(self._batches)
         self._batches.append(_Batch(score, parts, preference, chosen, method))
-        self._where.update(zip(names, ((batch, i) for i in range(len(names))), strict=True))
+        self._where.update(zip(names, zip(repeat(batch), range(len(names))), strict=True))
 
     def __contains__(self, name: object) -> bool:
         return name in self._where
@@ -122,19 +123,35 @@ class ScoreBook:
     def __len__(self) -> int:
         return len(self._where)
 
+    def scored_among(self, names: list[str]) -> list[str]:
+        """The names that are scored, in order."""
+        return list(filter(self._where.__contains__, names))
+
+    def unscored_among(self, names: list[str]) -> list[str]:
+        """The names that are not scored yet, in order."""
+        return list(filterfalse(self._where.__contains__, names))
+
+    def _gather(self, names: list[str], column: str) -> np.ndarray:
+        """One per-node column of the batches for `names` (all must be scored), by array indexing."""
+        if not names:
+            return np.zeros(0, dtype=np.float64)
+        where = np.array(list(map(self._where.__getitem__, names)), dtype=np.int64).reshape(-1, 2)
+        if len(self._batches) == 1:
+            values: np.ndarray = getattr(self._batches[0], column)[where[:, 1]]
+            return values
+        sizes = [len(batch.score) for batch in self._batches]
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        flat = np.concatenate([getattr(batch, column) for batch in self._batches]).astype(np.float64)
+        gathered: np.ndarray = flat[starts[where[:, 0]] + where[:, 1]]
+        return gathered
+
     def values(self, names: list[str]) -> np.ndarray:
         """The final scores of `names` (all must be scored)."""
-        where = [self._where[name] for name in names]
-        if len(self._batches) == 1:
-            return self._batches[0].score[np.array([i for _, i in where], dtype=np.int64)]
-        return np.array([self._batches[b].score[i] for b, i in where], dtype=np.float64)
+        return self._gather(names, "score")
 
     def preferences(self, names: list[str]) -> np.ndarray:
         """The prioritized-list preference of `names` (all must be scored), like `values`."""
-        where = [self._where[name] for name in names]
-        if len(self._batches) == 1:
-            return self._batches[0].preference[np.array([i for _, i in where], dtype=np.int64)]
-        return np.array([self._batches[b].preference[i] for b, i in where], dtype=np.float64)
+        return self._gather(names, "preference")
 
     def get(self, name: str) -> NodeScore | None:
         """The node's score and chosen rows, or None if it was not scored."""
@@ -249,7 +266,17 @@ def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) ->
 
 def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:
     """Per node position: the first request the node lacks devices for even with all free ("" if
-    none, or unsure), vectorised over nodes; every tier words its "N device(s) of class X" from it.
+    none, or unsure); `short_request_codes` as texts (for a few nodes: the tiers use the codes)."""
+    codes, texts = short_request_codes(specs, index, positions)
+    return [texts[c] if c >= 0 else "" for c in codes.tolist()]
+
+
+def short_request_codes(
+    specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """Per node position: the first request the node lacks devices for even with all free, as a
+    number into the returned texts (-1 if none, or unsure), vectorised over nodes; every tier
+    words its "N device(s) of class X" from it. Thousands of nodes share the few texts.
 
     A device counts when the request selects it and tolerates its taints (`selected_rows`), as
     upstream's search sees it. A request with a firstAvailable list is short when every
@@ -257,7 +284,8 @@ def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.nda
     cannot be sure of (a selector error on one of its devices, an unknown class).
     """
     num_nodes = len(index.node_names)
-    out = [""] * len(positions)
+    out = np.full(len(positions), -1, dtype=np.int64)
+    texts: list[str] = []
     open_ = np.ones(len(positions), dtype=bool)
     for claim in specs:
         for request in claim.requests:
@@ -278,10 +306,12 @@ def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.nda
             open_ &= ~unsure
             first = options[0]
             need = first.count if first.mode == EXACT_COUNT else 1
-            for i in np.flatnonzero(open_ & short):
-                out[i] = reasons.shortage(claim.ref, request.name, need, first.class_name)
+            lacking = open_ & short
+            if lacking.any():
+                out[lacking] = len(texts)
+                texts.append(reasons.shortage(claim.ref, request.name, need, first.class_name))
             open_ &= ~short
-    return out
+    return out, texts
 
 
 def preference(specs: list[ClaimSpec], allocations: list[ClaimAllocation]) -> float:
