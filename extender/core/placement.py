@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -164,7 +165,7 @@ class Placement:
         evaluation = self.evaluate(pod, node_names)
         observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
         by_node = self.priorities(pod, evaluation, node_names, nominate=True)
-        return [HostScore(name, by_node.get(name, 0)) for name in node_names]
+        return list(map(HostScore, node_names, map(by_node.get, node_names, repeat(0))))
 
     def priorities(
         self, pod: Pod, evaluation: PodEvaluation, node_names: list[str], *, nominate: bool = False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from itertools import filterfalse
+from itertools import filterfalse, repeat
 
 import numpy as np
 
@@ -115,16 +115,15 @@ class Ranker:
         relevant = evaluation.relevant
         assert relevant is not None
         node_pos = index.node_pos
-        all_positions = np.fromiter(
-            (node_pos.get(name, -1) for name in names), dtype=np.int64, count=len(names)
-        )
+        all_positions = np.fromiter(map(node_pos.get, names, repeat(-1)), dtype=np.int64, count=len(names))
         usable = all_positions >= 0
         if plan is not None:
             usable &= ~plan.awkward_nodes[np.maximum(all_positions, 0)]
         else:
             usable[:] = False
-        kernel_nodes = [name for name, ok in zip(names, usable.tolist(), strict=True) if ok]
-        fallback = [name for name, ok in zip(names, usable.tolist(), strict=True) if not ok]
+        named = np.array(names, dtype=object)
+        kernel_nodes: list[str] = named[usable].tolist()
+        fallback: list[str] = named[~usable].tolist()
         if kernel_nodes and plan is not None:
             status = self.run_kernel(evaluation, index, free, plan, kernel_nodes, all_positions[usable])
             for i in np.flatnonzero((status != kernels.STATUS_EXACT) & (status != kernels.STATUS_BOUNDED)):
