@@ -82,10 +82,10 @@ def wait(timeout: float | None = None) -> bool:
 
 def _compile_all(threads: int) -> float:
     """Compile (or load from the cache) every kernel in this thread; returns the seconds taken."""
-    from kernels import counters, topology
+    from kernels import counters, single_partition, topology
 
     topology.set_threads(threads)  # numba's thread count is per calling thread
-    return topology.warm_up() + counters.warm_up()
+    return topology.warm_up() + counters.warm_up() + single_partition.warm_up()
 
 
 def warm_up_now(*, threads: int = 0) -> float:

@@ -43,6 +43,7 @@ from extender.index.topology import (
     assemble_partitions,
     node_partitions,
 )
+from kernels import single_partition, warming
 from kernels import topology as kernels
 
 #: How a node's device set was found (shown by `explain`).
@@ -450,9 +451,7 @@ def partition_choices(
     if not len(rows):
         return out
     nodes = index.row_node[rows].astype(np.int64)
-    sets = rows.reshape(-1, 1).astype(np.int64)
-    _, parts = score_sets(index, nodes, sets, np.zeros(1, dtype=np.int64), free, relevant, settings)
-    parts = partition_parts(index, nodes, sets, free, parts)
+    parts = _single_parts(index, groups, rows, nodes, free, relevant, settings)
     final = combine(parts, np.ones(len(rows)), settings)
     best = np.full(len(index.node_names), -np.inf)
     np.maximum.at(best, nodes, final)
@@ -463,6 +462,50 @@ def partition_choices(
     chosen[won_nodes] = rows[winners][first]
     picked: np.ndarray = chosen[positions]
     return picked
+
+
+#: Per index generation: the rows of each parent group (`single_partition.group_row_lists`).
+_GROUP_ROWS: weakref.WeakKeyDictionary[DeviceIndex, tuple[np.ndarray, np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _single_parts(
+    index: DeviceIndex,
+    groups: Partitions,
+    rows: np.ndarray,
+    nodes: np.ndarray,
+    free: np.ndarray,
+    relevant: np.ndarray,
+    settings: TopologySettings,
+) -> np.ndarray:
+    """(M, 5) score terms of each row as a set of one: `score_sets` and `partition_parts`' terms,
+    from the one-device kernel (`kernels.single_partition`, the same numbers with a quarter of the
+    work); while the kernels warm up, from those general entry points (whose twins answer)."""
+    if not warming.use_kernels():
+        sets = rows.reshape(-1, 1).astype(np.int64)
+        _, parts = score_sets(index, nodes, sets, np.zeros(1, dtype=np.int64), free, relevant, settings)
+        return partition_parts(index, nodes, sets, free, parts)
+    lists = _GROUP_ROWS.get(index)
+    if lists is None:
+        lists = _GROUP_ROWS[index] = single_partition.group_row_lists(groups.row_group, groups.num_groups)
+    group_free, group_used = group_state(groups, free)
+    return single_partition.single_terms(
+        rows=rows,
+        row_node=index.row_node,
+        node_start=index.node_start,
+        coords=index.row_coords,
+        free=free,
+        relevant=relevant,
+        spread=settings.packing == "spread",
+        row_group=groups.row_group,
+        row_cost=groups.row_cost,
+        group_counters=groups.group_counters,
+        group_free=group_free,
+        group_used=group_used,
+        group_start=lists[0],
+        group_rows=lists[1],
+    )
 
 
 def partition_parts(
