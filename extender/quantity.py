@@ -86,6 +86,8 @@ class Quantity:
         Raises:
             QuantityError: (a ValueError) naming the input and Go's reason.
         """
+        if type(value) is str and len(value) <= CACHED_TEXT_LENGTH:  # the common case, first
+            return _parse_once(value)
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise QuantityError(value, f"expected a string or a number, not {type(value).__name__}")
         text = value if isinstance(value, str) else repr(value)
