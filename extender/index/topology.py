@@ -41,6 +41,8 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -332,6 +334,13 @@ class NodePartitions:
 _NO_PARTITIONS_COST = np.zeros((0, 1), dtype=np.float64)
 
 
+@lru_cache(maxsize=4096)
+def _share(amount: Fraction, capacity: Fraction) -> float:
+    """amount / capacity as a float, once per distinct pair (a fleet repeats a few: every MIG
+    placement of one profile consumes the same share of the same counters)."""
+    return float(amount / capacity)
+
+
 def node_partitions(model: TopologyModel, devices: Sequence[Device], pools: Sequence[Pool]) -> NodePartitions:
     """The "parent GPU" grouping of one node's rows (`devices` in row order, `pools` the node's)."""
     rows = len(devices)
@@ -373,7 +382,7 @@ def node_partitions(model: TopologyModel, devices: Sequence[Device], pools: Sequ
                 elif capacity <= 0:
                     share.append(UNFITTABLE_SHARE)
                 else:
-                    share.append(float(amount.exact / capacity))
+                    share.append(_share(amount.exact, capacity))
         else:
             parent = model.parent_of(device)
             if parent is None:
