@@ -11,8 +11,10 @@ Why a kernel of its own: the general kernels score a set by scanning every row o
 topology level and twice per partition term. For a one-device set most of that is fixed: locality
 is 1 (no pairs), the set takes exactly its own row, and the rows that can fit after it are the rows
 of its own parent group. Here each candidate scans the node's rows once for all four levels and only
-its group's rows (through a row list per group) for the partition terms: at 1,250 A100 nodes of 120
-rows, about a quarter of the work.
+its group's rows (through a row list per group) for the partition terms; the partitions of one
+GPU share the node scan, and the group's largest fitting row before the set is found once per
+group (its top two sizes: without the candidate it is the largest, unless the candidate is the only
+row that size).
 
 Inputs are the same arrays as the general kernels', plus `group_start` / `group_rows` (the rows of
 each group, in row order; `group_row_lists`). There is no plain-Python twin: while the kernels warm
@@ -75,7 +77,8 @@ def _terms(
     free: np.ndarray, relevant: np.ndarray, spread: bool, row_group: np.ndarray, row_cost: np.ndarray,
     group_counters: np.ndarray, group_free: np.ndarray, group_used: np.ndarray,
     group_start: np.ndarray, group_rows: np.ndarray, before: np.ndarray, after: np.ndarray,
-    gsize: np.ndarray, gfree: np.ndarray, totals: np.ndarray, out: np.ndarray,
+    gsize: np.ndarray, gfree: np.ndarray, totals: np.ndarray, tops: np.ndarray, tops_for: np.ndarray,
+    out: np.ndarray,
 ) -> None:  # fmt: skip
     """The five terms of the set {rows[i]} into out[i] (before, after: scratch). gsize, gfree and
     totals (relevant and free relevant rows of the node) carry over from rows[i - 1] when that row
@@ -150,13 +153,65 @@ def _terms(
     if ncols == 0:
         out[i, 4] = 1.0
         return
-    largest_before, _ = _largest_fitting(
-        row, lo, hi, g, before, ncols, group_start, group_rows, free, row_cost
-    )
     headroom = 1.0
-    if left > 0 and largest_before > 0.0:
-        headroom = min(1.0, largest_after / largest_before)
+    if left > 0:
+        # largest_before: the group's largest fitting free row but this one; the top two sizes
+        # are counted once per group and block (`tops` holds them for group `tops_for[0]`)
+        if tops_for[0] != g:
+            _top_sizes(lo, hi, g, before, ncols, group_start, group_rows, free, row_cost, tops)
+            tops_for[0] = g
+        largest_before = tops[0]
+        if tops[1] == 1.0 and free[row] != 0:
+            fits, size = _size_if_fits(row, before, ncols, row_cost)
+            if fits and size == tops[0]:
+                largest_before = tops[2]  # this row is the only largest: the next one counts
+        if largest_before > 0.0:
+            headroom = min(1.0, largest_after / largest_before)
     out[i, 4] = (0.0 + headroom) / 1
+
+
+@njit(cache=True, inline="always")
+def _size_if_fits(x: int, avail: np.ndarray, ncols: int, row_cost: np.ndarray) -> tuple[bool, float]:
+    """Whether row x's costs fit avail, and its size: as in `_largest_fitting`, to the bit."""
+    total = 0.0
+    for j in range(ncols):
+        c = row_cost[x, j]
+        if c > avail[j] + PARTITION_EPSILON:
+            return False, 0.0
+        total += c
+    return True, total / ncols if ncols > 0 else 1.0
+
+
+@njit(cache=True)
+def _top_sizes(
+    lo: int, hi: int, g: int, avail: np.ndarray, ncols: int, group_start: np.ndarray,
+    group_rows: np.ndarray, free: np.ndarray, row_cost: np.ndarray, tops: np.ndarray,
+) -> None:  # fmt: skip
+    """tops = (largest size, how many rows have it, second largest size) over the free rows of
+    group g whose costs fit avail: `_largest_fitting` without one row is the largest, unless that
+    row is the only one with it (then the second; 0.0 when nothing else fits)."""
+    top = 0.0
+    count = 0
+    second = 0.0
+    for p in range(group_start[g], group_start[g + 1]):
+        x = group_rows[p]
+        if x < lo or x >= hi or free[x] == 0:
+            continue
+        fits, size = _size_if_fits(x, avail, ncols, row_cost)
+        if not fits:
+            continue
+        if count == 0 or size > top:
+            if count > 0:
+                second = max(second, top)
+            top = size
+            count = 1
+        elif size == top:
+            count += 1
+        else:
+            second = max(second, size)
+    tops[0] = top
+    tops[1] = float(count)
+    tops[2] = second
 
 
 @njit(parallel=True, cache=True)
@@ -176,12 +231,14 @@ def _terms_parallel(
         gsize = np.zeros(LEVELS, dtype=np.int64)
         gfree = np.zeros(LEVELS, dtype=np.int64)
         totals = np.zeros(2, dtype=np.int64)
+        tops = np.zeros(3)
+        tops_for = np.full(1, -1, dtype=np.int64)
         first = b * block
         for i in range(first, min(rows.shape[0], (b + 1) * block)):
             _terms(
                 i, first, rows, row_node, node_start, coords, free, relevant, spread, row_group, row_cost,
                 group_counters, group_free, group_used, group_start, group_rows, before, after, gsize,
-                gfree, totals, out,
+                gfree, totals, tops, tops_for, out,
             )  # fmt: skip
 
 

@@ -42,7 +42,7 @@ def _general(
 
 
 @pytest.mark.parametrize("packing", ["binpack", "spread"])
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(12))
 def test_terms_equal_the_general_kernels(index: DeviceIndex, packing: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
     settings = TopologySettings(packing=packing)
