@@ -441,25 +441,28 @@ def partition_choices(
     mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
     selected, _ = selected_rows(index, spec)
     usable = selected & free & groups.row_counters_only & ~mask.error
-    usable &= np.isin(index.row_node, positions)
+    in_call = np.zeros(len(index.node_names), dtype=bool)
+    in_call[positions] = True
+    usable &= in_call[index.row_node]
     rows = np.flatnonzero(usable)
     if not len(rows):
         return out
-    group_free, _ = group_state(groups, free)
-    left = group_free[groups.row_group[rows]] + kernels.PARTITION_EPSILON
+    state = group_state(groups, free)
+    left = state[0][groups.row_group[rows]] + kernels.PARTITION_EPSILON
     rows = rows[np.all(groups.row_cost[rows] <= left, axis=1)]
     if not len(rows):
         return out
     nodes = index.row_node[rows].astype(np.int64)
-    parts = _single_parts(index, groups, rows, nodes, free, relevant, settings)
+    parts = _single_parts(index, groups, rows, nodes, free, relevant, settings, state)
     final = combine(parts, np.ones(len(rows)), settings)
-    best = np.full(len(index.node_names), -np.inf)
-    np.maximum.at(best, nodes, final)
-    winners = final >= best[nodes] - kernels.TIE_EPSILON
-    # rows ascend, so the first winner of each node is the first in upstream's order
-    won_nodes, first = np.unique(nodes[winners], return_index=True)
+    # Rows ascend, so do their nodes: each node's candidates are one run (`starts`), its best is
+    # the run's maximum, and its first winner the first in upstream's order.
+    starts = np.flatnonzero(np.concatenate(([True], nodes[1:] != nodes[:-1])))
+    best = np.repeat(np.maximum.reduceat(final, starts), np.diff(np.append(starts, len(final))))
+    winners = np.flatnonzero(final >= best - kernels.TIE_EPSILON)
+    first = winners[np.concatenate(([True], nodes[winners][1:] != nodes[winners][:-1]))]
     chosen = np.full(len(index.node_names), -1, dtype=np.int64)
-    chosen[won_nodes] = rows[winners][first]
+    chosen[nodes[first]] = rows[first]
     picked: np.ndarray = chosen[positions]
     return picked
 
@@ -478,10 +481,12 @@ def _single_parts(
     free: np.ndarray,
     relevant: np.ndarray,
     settings: TopologySettings,
+    state: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """(M, 5) score terms of each row as a set of one: `score_sets` and `partition_parts`' terms,
     from the one-device kernel (`kernels.single_partition`, the same numbers with a quarter of the
-    work); while the kernels warm up, from those general entry points (whose twins answer)."""
+    work); while the kernels warm up, from those general entry points (whose twins answer).
+    `state`: `group_state(groups, free)` if the caller has it."""
     if not warming.use_kernels():
         sets = rows.reshape(-1, 1).astype(np.int64)
         _, parts = score_sets(index, nodes, sets, np.zeros(1, dtype=np.int64), free, relevant, settings)
@@ -489,7 +494,7 @@ def _single_parts(
     lists = _GROUP_ROWS.get(index)
     if lists is None:
         lists = _GROUP_ROWS[index] = single_partition.group_row_lists(groups.row_group, groups.num_groups)
-    group_free, group_used = group_state(groups, free)
+    group_free, group_used = state if state is not None else group_state(groups, free)
     return single_partition.single_terms(
         rows=rows,
         row_node=index.row_node,
