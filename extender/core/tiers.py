@@ -44,19 +44,13 @@ _PASS = NodeVerdict(PASSED)
 
 
 def _positions(evaluation: PodEvaluation, index: DeviceIndex, names: list[str]) -> np.ndarray:
-    """Index positions of nodes of the index (no Python per node: `map` over the dict); the
+    """Index positions of nodes of the index (each list's once: `Verdicts.positions`); the
     evaluation's verdicts are kept by this index's positions from here on."""
     evaluation.verdicts.bind(index.node_names, index.node_pos)
-    return np.fromiter(map(index.node_pos.__getitem__, names), dtype=np.int64, count=len(names))
-
-
-def _pick(names: list[str], where: np.ndarray) -> list[str]:
-    """The names where `where` (bool, aligned with them) is true, in order."""
-    if not len(names) or not where.any():
-        return []
-    if where.all():
-        return list(names)
-    return np.array(names, dtype=object)[where].tolist()  # type: ignore[no-any-return]
+    positions = evaluation.verdicts.positions(names)
+    if len(positions) and positions.min() < 0:
+        raise KeyError(names[int(np.argmin(positions))])  # tiers are handed nodes of the index
+    return positions
 
 
 def _assign_no_set(
@@ -118,7 +112,7 @@ class VectorisedTier:
                 for pair in pairs.tolist()
             ]
             evaluation.verdicts.assign_groups(positions[failed], group.ravel(), verdicts)
-        return _pick(names, needs)
+        return evaluation.verdicts.pick(names, needs)
 
 
 class KernelTier:
@@ -149,8 +143,8 @@ class KernelTier:
             return names
         positions = _positions(evaluation, index, names)
         modelled = ~plan.awkward_nodes[positions]
-        search = _pick(names, ~modelled)
-        names = _pick(names, modelled)
+        search = evaluation.verdicts.pick(names, ~modelled)
+        names = evaluation.verdicts.pick(names, modelled)
         if not names:
             return search
         positions = positions[modelled]
@@ -158,10 +152,14 @@ class KernelTier:
         evaluation.verdicts.assign(
             positions[(status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)], _PASS
         )
-        search.extend(_pick(names, status == kernels.STATUS_UNKNOWN))
+        search.extend(evaluation.verdicts.pick(names, status == kernels.STATUS_UNKNOWN))
         none = status == kernels.STATUS_NONE
         if none.any():
-            search.extend(self._explain_failures(evaluation, index, _pick(names, none), positions[none]))
+            search.extend(
+                self._explain_failures(
+                    evaluation, index, evaluation.verdicts.pick(names, none), positions[none]
+                )
+            )
         return search
 
     def _explain_failures(
@@ -180,7 +178,7 @@ class KernelTier:
         sure = status != kernels.STATUS_UNKNOWN
         fits_if_free = (status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)
         _assign_no_set(evaluation, positions[sure], fits_if_free[sure], short[sure], texts)
-        return _pick(names, ~sure)
+        return evaluation.verdicts.pick(names, ~sure)
 
 
 class FirstFitTier:
@@ -209,10 +207,10 @@ class FirstFitTier:
         found = status == counter_kernels.STATUS_FOUND
         if found.any():
             evaluation.first_fit_sets.add(
-                _pick(names, found), result.chosen[found], result.chosen_slot[found]
+                evaluation.verdicts.pick(names, found), result.chosen[found], result.chosen_slot[found]
             )
             evaluation.verdicts.assign(positions[found], _PASS)
-        search = _pick(names, status == counter_kernels.STATUS_UNKNOWN)
+        search = evaluation.verdicts.pick(names, status == counter_kernels.STATUS_UNKNOWN)
         none = status == counter_kernels.STATUS_NONE
         if not none.any():
             return search
@@ -220,7 +218,7 @@ class FirstFitTier:
         if_free = firstfit.run(plan, index, free, positions, nothing_held=True).status
         short, texts = scoring.short_request_codes(evaluation.specs, index, positions)
         sure = if_free != counter_kernels.STATUS_UNKNOWN
-        search.extend(_pick(_pick(names, none), ~sure))
+        search.extend(evaluation.verdicts.pick(evaluation.verdicts.pick(names, none), ~sure))
         fits_if_free = if_free == counter_kernels.STATUS_FOUND
         _assign_no_set(evaluation, positions[sure], fits_if_free[sure], short[sure], texts)
         return search
@@ -294,13 +292,15 @@ def decide(
     open_ = np.ones(len(names), dtype=bool)
     for claim in evaluation.claims.allocated:  # the first claim a node cannot use names it
         usable = _usable(claim, index, names, positions, known)
-        verdicts.assign_names(_pick(names, open_ & ~usable), reasons.claim_unavailable(claim.ref))
+        verdicts.assign_names(
+            evaluation.verdicts.pick(names, open_ & ~usable), reasons.claim_unavailable(claim.ref)
+        )
         open_ &= usable
     if not evaluation.specs:
-        verdicts.assign_names(_pick(names, open_), _PASS)
+        verdicts.assign_names(evaluation.verdicts.pick(names, open_), _PASS)
         return
-    verdicts.assign_names(_pick(names, open_ & ~known), reasons.UNKNOWN_NODE)
-    pending = _pick(names, open_ & known)
+    verdicts.assign_names(evaluation.verdicts.pick(names, open_ & ~known), reasons.UNKNOWN_NODE)
+    pending = evaluation.verdicts.pick(names, open_ & known)
     if not pending:
         return
     try:

@@ -24,6 +24,8 @@ from extender.core.reasons import FAILED, PASSED, UNRESOLVABLE, NodeVerdict
 #: Status codes of the table's entries (`_status`), -1 for an undecided position.
 _CODES = {PASSED: 0, FAILED: 1, UNRESOLVABLE: 2}
 _PASSED, _FAILED, _UNRESOLVABLE = 0, 1, 2
+#: Name lists whose positions are remembered.
+LOOKED_UP = 8
 
 
 class Verdicts(Mapping[str, NodeVerdict]):
@@ -39,6 +41,9 @@ class Verdicts(Mapping[str, NodeVerdict]):
         self._ids: dict[NodeVerdict, int] = {}
         self._status = np.zeros(0, dtype=np.int8)  # per table entry: _PASSED, _FAILED, _UNRESOLVABLE
         self._texts = np.zeros(0, dtype=object)  # per table entry: its reason
+        #: The positions of the last few name lists looked up (by identity and length: a call's
+        #: lists pass from evaluate to the tiers to the answer and are not changed in place).
+        self._looked_up: list[tuple[Sequence[str], np.ndarray]] = []
 
     # ----------------------------------------------------------------- positions
     def bind(self, node_names: list[str], node_pos: dict[str, int]) -> None:
@@ -48,6 +53,7 @@ class Verdicts(Mapping[str, NodeVerdict]):
             return
         kept = dict(self.items())
         self._names, self._pos = node_names, node_pos
+        self._looked_up = []
         self._entry = np.full(len(node_names), -1, dtype=np.int32)
         self._decided = 0
         self._extra = {}
@@ -56,7 +62,26 @@ class Verdicts(Mapping[str, NodeVerdict]):
 
     def positions(self, names: Sequence[str]) -> np.ndarray:
         """The bound index's position of each name, -1 for a name it does not know."""
-        return np.fromiter(map(self._pos.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+        for listed, found in self._looked_up:
+            if listed is names and len(found) == len(names):
+                return found
+        found = np.fromiter(map(self._pos.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+        self._remember(names, found)
+        return found
+
+    def _remember(self, names: Sequence[str], positions: np.ndarray) -> None:
+        self._looked_up.append((names, positions))
+        del self._looked_up[:-LOOKED_UP]
+
+    def pick(self, names: Sequence[str], where: np.ndarray) -> list[str]:
+        """The names where `where` (bool, aligned with them) is true, in order, as a new list whose
+        positions are remembered (the tiers hand such lists on)."""
+        if not len(names) or not where.any():
+            return []
+        positions = self.positions(names)
+        picked: list[str] = list(names) if where.all() else np.array(names, dtype=object)[where].tolist()
+        self._remember(picked, positions[where])
+        return picked
 
     def _intern(self, verdict: NodeVerdict) -> int:
         found = self._ids.get(verdict)
@@ -109,15 +134,18 @@ class Verdicts(Mapping[str, NodeVerdict]):
         return entries
 
     # ----------------------------------------------------------------- answers
-    def undecided(self, names: Sequence[str]) -> list[str]:
-        """The names without a verdict yet, each once, in first-seen order."""
+    def undecided(self, names: list[str]) -> list[str]:
+        """The names without a verdict yet, each once, in first-seen order (`names` itself when
+        that is all of them)."""
         unique = list(dict.fromkeys(names))
+        if len(unique) == len(names):
+            unique = names  # no repeats: its positions serve the tiers and the answer too
         if not unique:
             return unique
         missing = self._entries(unique) < 0
         if missing.all():
             return unique
-        return np.array(unique, dtype=object)[missing].tolist()  # type: ignore[no-any-return]
+        return self.pick(unique, missing)
 
     def passed_among(self, names: Sequence[str]) -> list[str]:
         """The names that passed, in order (a name given twice is listed twice). All must be decided."""
