@@ -2,7 +2,8 @@
 
 What this module owns: whether the public kernel entry points (`topology.best_sets`,
 `topology.score_sets`, `topology.partition_terms`, `counters.first_fit`) run their numba kernels or
-their plain-Python twins (`*_reference`), and the thread that compiles the kernels at start-up.
+their plain-Python twins (`*_reference`), and the thread that compiles the kernels at start-up
+(`single_partition.single_terms` too; its callers use the general entry points while warming).
 
 Why: numba compiles a kernel on its first call and caches the result on disk (`kernels/__init__.py`).
 A process that finds no cache (the first `serve` after `pip install`, a new CPU model) compiles every
