@@ -24,8 +24,9 @@ with upstream's rules) falls back to the first-fit path and is logged.
 from __future__ import annotations
 
 import weakref
+from bisect import bisect_right
 from dataclasses import dataclass
-from itertools import filterfalse, repeat
+from itertools import filterfalse
 from typing import Any
 
 import numpy as np
@@ -101,8 +102,10 @@ class ScoreBook:
     """
 
     def __init__(self) -> None:
-        self._where: dict[str, tuple[int, int]] = {}
+        self._where: dict[str, int] = {}  # name -> its position over all batches, in add order
         self._batches: list[_Batch] = []
+        self._starts: list[int] = []  # the first position of each batch
+        self._size = 0
 
     def add(
         self,
@@ -114,9 +117,10 @@ class ScoreBook:
         method: str | np.ndarray,
     ) -> None:
         """Record one kernel call's results for `names` (aligned with the arrays)."""
-        batch = len(self._batches)
         self._batches.append(_Batch(score, parts, preference, chosen, method))
-        self._where.update(zip(names, zip(repeat(batch), range(len(names))), strict=True))
+        self._starts.append(self._size)
+        self._where.update(zip(names, range(self._size, self._size + len(names)), strict=True))
+        self._size += len(names)
 
     def __contains__(self, name: object) -> bool:
         return name in self._where
@@ -136,14 +140,12 @@ class ScoreBook:
         """One per-node column of the batches for `names` (all must be scored), by array indexing."""
         if not names:
             return np.zeros(0, dtype=np.float64)
-        where = np.array(list(map(self._where.__getitem__, names)), dtype=np.int64).reshape(-1, 2)
+        where = np.fromiter(map(self._where.__getitem__, names), dtype=np.int64, count=len(names))
         if len(self._batches) == 1:
-            values: np.ndarray = getattr(self._batches[0], column)[where[:, 1]]
+            values: np.ndarray = getattr(self._batches[0], column)[where]
             return values
-        sizes = [len(batch.score) for batch in self._batches]
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         flat = np.concatenate([getattr(batch, column) for batch in self._batches]).astype(np.float64)
-        gathered: np.ndarray = flat[starts[where[:, 0]] + where[:, 1]]
+        gathered: np.ndarray = flat[where]
         return gathered
 
     def values(self, names: list[str]) -> np.ndarray:
@@ -156,11 +158,12 @@ class ScoreBook:
 
     def get(self, name: str) -> NodeScore | None:
         """The node's score and chosen rows, or None if it was not scored."""
-        found = self._where.get(name)
-        if found is None:
+        position = self._where.get(name)
+        if position is None:
             return None
-        batch = self._batches[found[0]]
-        i = found[1]
+        number = bisect_right(self._starts, position) - 1
+        batch = self._batches[number]
+        i = position - self._starts[number]
         method = batch.method if isinstance(batch.method, str) else str(batch.method[i])
         extra = batch.parts[i, 3:5] if batch.parts.shape[1] >= 5 else np.full(2, np.nan)
         return NodeScore(
@@ -390,8 +393,23 @@ def partitions(index: DeviceIndex) -> Partitions:
     return found
 
 
+#: The last `group_state` answer with its inputs: `free` masks are never changed in place (the
+#: view makes a new one per change), so the same (groups, free) objects give the same state; the
+#: calls of one prioritize, and every call until a claim changes, share it. Callers only read it.
+_GROUP_STATE: list[tuple[Partitions, np.ndarray, tuple[np.ndarray, np.ndarray]]] = []
+
+
 def group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per group: the share of each counter not held by allocated rows, and the allocated row count."""
+    for known_groups, known_free, state in _GROUP_STATE:
+        if known_groups is groups and known_free is free:
+            return state
+    state = _group_state(groups, free)
+    _GROUP_STATE[:] = [(groups, free, state)]
+    return state
+
+
+def _group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     held = np.flatnonzero(~free & (groups.row_group >= 0))
     group_free = np.ones((groups.num_groups, groups.row_cost.shape[1]))
     np.subtract.at(group_free, groups.row_group[held], groups.row_cost[held])
