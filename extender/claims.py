@@ -238,7 +238,7 @@ def allocation_fits_node(claim: Claim, node: Obj | None, *, v137: bool = False) 
     `DRAOptionalNodeOperations` when a device of the allocation skips node operations
     (v1.37.2 dynamicresources.go, allocationResultRequiresDRAOptionalNodeOperations).
     """
-    if v137 and _skips_node_operations(claim) and not _declares_optional_node_operations(node):
+    if v137 and skips_node_operations(claim) and not _declares_optional_node_operations(node):
         return False
     selector = claim.node_selector
     if selector is None:
@@ -246,7 +246,8 @@ def allocation_fits_node(claim: Claim, node: Obj | None, *, v137: bool = False) 
     return node is not None and selector_matches(node, selector)
 
 
-def _skips_node_operations(claim: Claim) -> bool:
+def skips_node_operations(claim: Claim) -> bool:
+    """Whether a device of the claim's allocation skips node operations (Kubernetes 1.37)."""
     devices = mapping_field((allocation_of(claim.source) or {}).get("devices"))
     results = devices.get("results")
     return isinstance(results, list) and any(

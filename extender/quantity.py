@@ -20,7 +20,7 @@ hostile string cannot make us build a gigantic integer.
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 from typing import Any
 
 DECIMAL_SI = "DecimalSI"
@@ -86,10 +86,12 @@ class Quantity:
         Raises:
             QuantityError: (a ValueError) naming the input and Go's reason.
         """
+        if type(value) is str and len(value) <= CACHED_TEXT_LENGTH:  # the common case, first
+            return _parse_once(value)
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise QuantityError(value, f"expected a string or a number, not {type(value).__name__}")
         text = value if isinstance(value, str) else repr(value)
-        return _parse(text)
+        return _parse_once(text) if len(text) <= CACHED_TEXT_LENGTH else _parse(text)
 
     @classmethod
     def from_fraction(cls, value: Fraction | int, fmt: str = DECIMAL_SI) -> Quantity:
@@ -227,6 +229,19 @@ def _interpret(text: str, suffix: str) -> tuple[int, int, str]:
                 raise QuantityError(text, f"exponent {exponent} is outside +/-{_MAX_EXPONENT}")
             return 10, exponent, DECIMAL_EXPONENT
     raise QuantityError(text, ERR_SUFFIX)
+
+
+#: Distinct quantity texts remembered (a fleet repeats a handful: "80Gi", "1", "108", ...).
+PARSED_TEXTS = 4096
+#: Longer texts are parsed each time, so that the remembered texts stay small.
+CACHED_TEXT_LENGTH = 64
+
+
+@lru_cache(maxsize=PARSED_TEXTS)
+def _parse_once(text: str) -> Quantity:
+    """`_parse`, once per distinct text: a Quantity is immutable, so one object serves every
+    device that states the same text (start-up parses about ten per device; errors are not kept)."""
+    return _parse(text)
 
 
 def _parse(text: str) -> Quantity:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+import numpy as np
 import orjson
 
 from extender.errors import InvalidRequest
@@ -260,12 +261,24 @@ def encode_host_priorities(scores: list[HostScore]) -> bytes:
     Each score is clamped to MIN_EXTENDER_PRIORITY..MAX_EXTENDER_PRIORITY, the protocol's range,
     whatever the placement produced (the scheduler multiplies it by the extender's weight).
     """
-    priorities: list[HostPriority] = [{"Host": s.host, "Score": _clamped(s.score)} for s in scores]
+    clamped = _clamped_all([s.score for s in scores])
+    priorities: list[HostPriority] = [
+        {"Host": s.host, "Score": score} for s, score in zip(scores, clamped, strict=True)
+    ]
     return orjson.dumps(priorities)
 
 
 def _clamped(score: int) -> int:
     return min(MAX_EXTENDER_PRIORITY, max(MIN_EXTENDER_PRIORITY, int(score)))
+
+
+def _clamped_all(scores: list[int]) -> list[int]:
+    """`_clamped` of each score: one numpy clip when all are integers in int64 (placement's are),
+    else one by one (floats, numbers beyond int64)."""
+    values = np.asarray(scores) if scores else np.zeros(0, dtype=np.int64)
+    if values.dtype.kind not in "iu" or values.ndim != 1:
+        return [_clamped(score) for score in scores]
+    return np.clip(values, MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY).astype(np.int64).tolist()  # type: ignore[no-any-return]
 
 
 def encode_binding_result(error: str) -> bytes:

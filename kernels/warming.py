@@ -2,7 +2,8 @@
 
 What this module owns: whether the public kernel entry points (`topology.best_sets`,
 `topology.score_sets`, `topology.partition_terms`, `counters.first_fit`) run their numba kernels or
-their plain-Python twins (`*_reference`), and the thread that compiles the kernels at start-up.
+their plain-Python twins (`*_reference`), and the thread that compiles the kernels at start-up
+(`single_partition.single_terms` too; its callers use the general entry points while warming).
 
 Why: numba compiles a kernel on its first call and caches the result on disk (`kernels/__init__.py`).
 A process that finds no cache (the first `serve` after `pip install`, a new CPU model) compiles every
@@ -82,10 +83,10 @@ def wait(timeout: float | None = None) -> bool:
 
 def _compile_all(threads: int) -> float:
     """Compile (or load from the cache) every kernel in this thread; returns the seconds taken."""
-    from kernels import counters, topology
+    from kernels import counters, single_partition, topology
 
     topology.set_threads(threads)  # numba's thread count is per calling thread
-    return topology.warm_up() + counters.warm_up()
+    return topology.warm_up() + counters.warm_up() + single_partition.warm_up()
 
 
 def warm_up_now(*, threads: int = 0) -> float:

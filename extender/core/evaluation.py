@@ -29,8 +29,9 @@ from extender.claims import PodClaims, resolve_pod_claims
 from extender.cluster.state import ClusterState
 from extender.core import firstfit, reasons
 from extender.core.assumed import AssumeCache
-from extender.core.reasons import PASSED, NodeVerdict
+from extender.core.reasons import PASSED
 from extender.core.scoring import KernelPlan, ScoreBook
+from extender.core.verdict_table import Verdicts
 from extender.lru import SizedLRU
 from extender.pods import Pod
 
@@ -62,7 +63,7 @@ class PodEvaluation:
     #: CEL selectors stopped at the deadline (`SelectorsInterrupted`): the evaluation is not kept,
     #: so the retry evaluates again, continuing from the results cached on the devices.
     interrupted: bool = False
-    verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
+    verdicts: Verdicts = field(default_factory=Verdicts)  # per node of the index, as arrays
     allocations: dict[str, list[ClaimAllocation]] = field(default_factory=dict)  # first-fit, upstream's
     scores: ScoreBook = field(default_factory=ScoreBook)  # topology choice per passed node
     plan: KernelPlan | None = None

@@ -19,6 +19,7 @@ already overdrawn or not representable in milli-units, incomplete pools under `A
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -290,16 +291,32 @@ class FirstFitBook:
     def add(self, names: list[str], chosen: np.ndarray, chosen_slot: np.ndarray) -> None:
         batch = len(self._batches)
         self._batches.append((chosen, chosen_slot))
-        self._where.update(zip(names, ((batch, i) for i in range(len(names))), strict=True))
+        self._where.update(zip(names, zip(repeat(batch), range(len(names))), strict=True))
 
     def __contains__(self, name: object) -> bool:
         return name in self._where
 
+    def among(self, names: list[str]) -> list[str]:
+        """The names that have a set in the book, in order."""
+        return list(filter(self._where.__contains__, names))
+
     def gather(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Chosen rows and slots of `names` (all must be in the book), stacked."""
+        """Chosen rows and slots of `names` (all must be in the book), stacked (by array indexing:
+        the batches are padded to one width and concatenated)."""
         if not names:
             return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0), dtype=np.int64)
-        where = [self._where[name] for name in names]
-        chosen = np.stack([self._batches[b][0][i] for b, i in where])
-        slots = np.stack([self._batches[b][1][i] for b, i in where])
+        where = np.array(list(map(self._where.__getitem__, names)), dtype=np.int64).reshape(-1, 2)
+        if len(self._batches) == 1:
+            chosen, slots = self._batches[0]
+            return chosen[where[:, 1]], slots[where[:, 1]]
+        width = max(chosen.shape[1] for chosen, _ in self._batches)
+        sizes = [len(chosen) for chosen, _ in self._batches]
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        rows = starts[where[:, 0]] + where[:, 1]
+        padded = [
+            tuple(np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=-1) for a in batch)
+            for batch in self._batches
+        ]
+        chosen = np.concatenate([c for c, _ in padded])[rows]
+        slots = np.concatenate([s for _, s in padded])[rows]
         return chosen, slots

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -152,10 +153,13 @@ class Placement:
         """Filter's answer from an evaluation that has decided `node_names` (explain reuses it)."""
         if evaluation.error:
             return FilterVerdict(error=evaluation.error)
-        verdict = FilterVerdict()
         outside = (
             self.gangs.outside_clique(pod, node_names) if self.gangs.settings.filter_other_cliques else {}
         )
+        if not outside:  # built from the verdicts' arrays (no Python per node)
+            passed, failed, unresolvable = evaluation.verdicts.answer(node_names)
+            return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
+        verdict = FilterVerdict()
         for name in node_names:
             outcome = evaluation.verdicts[name]
             if outcome.status == PASSED and name in outside:
@@ -184,7 +188,7 @@ class Placement:
             evaluation = self.evaluate(part, names)
             observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
             by_node.update(self.priorities(part, evaluation, names, nominate=True))
-        return [HostScore(name, by_node.get(name, 0)) for name in node_names]
+        return list(map(HostScore, node_names, map(by_node.get, node_names, repeat(0))))
 
     def priorities(
         self, pod: Pod, evaluation: PodEvaluation, node_names: list[str], *, nominate: bool = False
@@ -194,9 +198,9 @@ class Placement:
         member's top node for its gang (only the scheduler's own prioritize does)."""
         if evaluation.error or not evaluation.specs:
             return {}
-        passed = [name for name in node_names if evaluation.verdicts[name].status == PASSED]
+        passed = evaluation.verdicts.passed_among(node_names)
         scores = self.scores(evaluation, passed)
-        scored = [name for name in passed if name in scores]
+        scored = scores.scored_among(passed)
         values = scoring.by_preference(scoring.priorities(scores.values(scored)), scores.preferences(scored))
         by_node = dict(zip(scored, values.tolist(), strict=True))
         if self.gangs.settings.weight > 0:
@@ -243,7 +247,7 @@ class Placement:
             evaluation = self.new_evaluation(pod)
             self.evaluations.put(key, evaluation)
         # Each name once: a request may repeat a name any number of times.
-        missing = list(dict.fromkeys(n for n in node_names if n not in evaluation.verdicts))
+        missing = evaluation.verdicts.undecided(node_names)
         if missing and not evaluation.error:
             self.decide(evaluation, missing)
             if evaluation.interrupted:  # the retry must evaluate again (and gets further)

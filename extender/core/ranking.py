@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from itertools import filterfalse, repeat
 
 import numpy as np
 
@@ -57,7 +58,7 @@ class Ranker:
 
     def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
         """Topology scores of the given passed nodes (computed once per evaluation and node)."""
-        missing = [name for name in names if name not in evaluation.scores]
+        missing = evaluation.scores.unscored_among(names)
         if missing and evaluation.specs and not evaluation.error:
             self._score_nodes(evaluation, missing)
         return evaluation.scores
@@ -114,16 +115,15 @@ class Ranker:
         relevant = evaluation.relevant
         assert relevant is not None
         node_pos = index.node_pos
-        all_positions = np.fromiter(
-            (node_pos.get(name, -1) for name in names), dtype=np.int64, count=len(names)
-        )
+        all_positions = np.fromiter(map(node_pos.get, names, repeat(-1)), dtype=np.int64, count=len(names))
         usable = all_positions >= 0
         if plan is not None:
             usable &= ~plan.awkward_nodes[np.maximum(all_positions, 0)]
         else:
             usable[:] = False
-        kernel_nodes = [name for name, ok in zip(names, usable.tolist(), strict=True) if ok]
-        fallback = [name for name, ok in zip(names, usable.tolist(), strict=True) if not ok]
+        named = np.array(names, dtype=object)
+        kernel_nodes: list[str] = named[usable].tolist()
+        fallback: list[str] = named[~usable].tolist()
         if kernel_nodes and plan is not None:
             status = self.run_kernel(evaluation, index, free, plan, kernel_nodes, all_positions[usable])
             for i in np.flatnonzero((status != kernels.STATUS_EXACT) & (status != kernels.STATUS_BOUNDED)):
@@ -219,13 +219,13 @@ class Ranker:
         """
         book = evaluation.first_fit_sets
         plan = evaluation.first_fit
-        mine = [name for name in names if name in book]
+        mine = book.among(names)
         if not mine or plan is None:
             return names
         chosen, slots = book.gather(mine)
         width = max(int((chosen >= 0).sum(axis=1).max()), 1)
         chosen, slots = chosen[:, :width], slots[:, :width]
-        positions = np.fromiter((index.node_pos[n] for n in mine), dtype=np.int64, count=len(mine))
+        positions = np.fromiter(map(index.node_pos.__getitem__, mine), dtype=np.int64, count=len(mine))
         methods = np.full(len(mine), FIRST_FIT, dtype=object)
         single = scoring.single_partition_request(evaluation.specs, index) if width == 1 else None
         if single is not None:
@@ -252,5 +252,4 @@ class Ranker:
                 [mine[i] for i in members], final, parts, preference[members], chosen[members],
                 methods[members],
             )  # fmt: skip
-        taken = set(mine)
-        return [name for name in names if name not in taken]
+        return list(filterfalse(set(mine).__contains__, names))

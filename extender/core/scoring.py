@@ -24,7 +24,9 @@ with upstream's rules) falls back to the first-fit path and is logged.
 from __future__ import annotations
 
 import weakref
+from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ from extender.index.topology import (
     assemble_partitions,
     node_partitions,
 )
+from kernels import single_partition, warming
 from kernels import topology as kernels
 
 #: How a node's device set was found (shown by `explain`).
@@ -99,8 +102,10 @@ class ScoreBook:
     """
 
     def __init__(self) -> None:
-        self._where: dict[str, tuple[int, int]] = {}
+        self._where: dict[str, int] = {}  # name -> its position over all batches, in add order
         self._batches: list[_Batch] = []
+        self._starts: list[int] = []  # the first position of each batch
+        self._size = 0
 
     def add(
         self,
@@ -112,9 +117,10 @@ class ScoreBook:
         method: str | np.ndarray,
     ) -> None:
         """Record one kernel call's results for `names` (aligned with the arrays)."""
-        batch = len(self._batches)
         self._batches.append(_Batch(score, parts, preference, chosen, method))
-        self._where.update(zip(names, ((batch, i) for i in range(len(names))), strict=True))
+        self._starts.append(self._size)
+        self._where.update(zip(names, range(self._size, self._size + len(names)), strict=True))
+        self._size += len(names)
 
     def __contains__(self, name: object) -> bool:
         return name in self._where
@@ -122,27 +128,42 @@ class ScoreBook:
     def __len__(self) -> int:
         return len(self._where)
 
+    def scored_among(self, names: list[str]) -> list[str]:
+        """The names that are scored, in order."""
+        return list(filter(self._where.__contains__, names))
+
+    def unscored_among(self, names: list[str]) -> list[str]:
+        """The names that are not scored yet, in order."""
+        return list(filterfalse(self._where.__contains__, names))
+
+    def _gather(self, names: list[str], column: str) -> np.ndarray:
+        """One per-node column of the batches for `names` (all must be scored), by array indexing."""
+        if not names:
+            return np.zeros(0, dtype=np.float64)
+        where = np.fromiter(map(self._where.__getitem__, names), dtype=np.int64, count=len(names))
+        if len(self._batches) == 1:
+            values: np.ndarray = getattr(self._batches[0], column)[where]
+            return values
+        flat = np.concatenate([getattr(batch, column) for batch in self._batches]).astype(np.float64)
+        gathered: np.ndarray = flat[where]
+        return gathered
+
     def values(self, names: list[str]) -> np.ndarray:
         """The final scores of `names` (all must be scored)."""
-        where = [self._where[name] for name in names]
-        if len(self._batches) == 1:
-            return self._batches[0].score[np.array([i for _, i in where], dtype=np.int64)]
-        return np.array([self._batches[b].score[i] for b, i in where], dtype=np.float64)
+        return self._gather(names, "score")
 
     def preferences(self, names: list[str]) -> np.ndarray:
         """The prioritized-list preference of `names` (all must be scored), like `values`."""
-        where = [self._where[name] for name in names]
-        if len(self._batches) == 1:
-            return self._batches[0].preference[np.array([i for _, i in where], dtype=np.int64)]
-        return np.array([self._batches[b].preference[i] for b, i in where], dtype=np.float64)
+        return self._gather(names, "preference")
 
     def get(self, name: str) -> NodeScore | None:
         """The node's score and chosen rows, or None if it was not scored."""
-        found = self._where.get(name)
-        if found is None:
+        position = self._where.get(name)
+        if position is None:
             return None
-        batch = self._batches[found[0]]
-        i = found[1]
+        number = bisect_right(self._starts, position) - 1
+        batch = self._batches[number]
+        i = position - self._starts[number]
         method = batch.method if isinstance(batch.method, str) else str(batch.method[i])
         extra = batch.parts[i, 3:5] if batch.parts.shape[1] >= 5 else np.full(2, np.nan)
         return NodeScore(
@@ -251,7 +272,17 @@ def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) ->
 
 def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:
     """Per node position: the first request the node lacks devices for even with all free ("" if
-    none, or unsure), vectorised over nodes; every tier words its "N device(s) of class X" from it.
+    none, or unsure); `short_request_codes` as texts (for a few nodes: the tiers use the codes)."""
+    codes, texts = short_request_codes(specs, index, positions)
+    return [texts[c] if c >= 0 else "" for c in codes.tolist()]
+
+
+def short_request_codes(
+    specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """Per node position: the first request the node lacks devices for even with all free, as a
+    number into the returned texts (-1 if none, or unsure), vectorised over nodes; every tier
+    words its "N device(s) of class X" from it. Thousands of nodes share the few texts.
 
     A device counts when the request selects it and tolerates its taints (`selected_rows`), as
     upstream's search sees it. A request with a firstAvailable list is short when every
@@ -259,7 +290,8 @@ def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.nda
     cannot be sure of (a selector error on one of its devices, an unknown class).
     """
     num_nodes = len(index.node_names)
-    out = [""] * len(positions)
+    out = np.full(len(positions), -1, dtype=np.int64)
+    texts: list[str] = []
     open_ = np.ones(len(positions), dtype=bool)
     for claim in specs:
         for request in claim.requests:
@@ -280,10 +312,12 @@ def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.nda
             open_ &= ~unsure
             first = options[0]
             need = first.count if first.mode == EXACT_COUNT else 1
-            for i in np.flatnonzero(open_ & short):
-                out[i] = reasons.shortage(claim.ref, request.name, need, first.class_name)
+            lacking = open_ & short
+            if lacking.any():
+                out[lacking] = len(texts)
+                texts.append(reasons.shortage(claim.ref, request.name, need, first.class_name))
             open_ &= ~short
-    return out
+    return out, texts
 
 
 def preference(specs: list[ClaimSpec], allocations: list[ClaimAllocation]) -> float:
@@ -361,8 +395,23 @@ def partitions(index: DeviceIndex) -> Partitions:
     return found
 
 
+#: The last `group_state` answer with its inputs: `free` masks are never changed in place (the
+#: view makes a new one per change), so the same (groups, free) objects give the same state; the
+#: calls of one prioritize, and every call until a claim changes, share it. Callers only read it.
+_GROUP_STATE: list[tuple[Partitions, np.ndarray, tuple[np.ndarray, np.ndarray]]] = []
+
+
 def group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per group: the share of each counter not held by allocated rows, and the allocated row count."""
+    for known_groups, known_free, state in _GROUP_STATE:
+        if known_groups is groups and known_free is free:
+            return state
+    state = _group_state(groups, free)
+    _GROUP_STATE[:] = [(groups, free, state)]
+    return state
+
+
+def _group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     held = np.flatnonzero(~free & (groups.row_group >= 0))
     group_free = np.ones((groups.num_groups, groups.row_cost.shape[1]))
     np.subtract.at(group_free, groups.row_group[held], groups.row_cost[held])
@@ -412,29 +461,76 @@ def partition_choices(
     mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
     selected, _ = selected_rows(index, spec)
     usable = selected & free & groups.row_counters_only & ~mask.error
-    usable &= np.isin(index.row_node, positions)
+    in_call = np.zeros(len(index.node_names), dtype=bool)
+    in_call[positions] = True
+    usable &= in_call[index.row_node]
     rows = np.flatnonzero(usable)
     if not len(rows):
         return out
-    group_free, _ = group_state(groups, free)
-    left = group_free[groups.row_group[rows]] + kernels.PARTITION_EPSILON
+    state = group_state(groups, free)
+    left = state[0][groups.row_group[rows]] + kernels.PARTITION_EPSILON
     rows = rows[np.all(groups.row_cost[rows] <= left, axis=1)]
     if not len(rows):
         return out
     nodes = index.row_node[rows].astype(np.int64)
-    sets = rows.reshape(-1, 1).astype(np.int64)
-    _, parts = score_sets(index, nodes, sets, np.zeros(1, dtype=np.int64), free, relevant, settings)
-    parts = partition_parts(index, nodes, sets, free, parts)
+    parts = _single_parts(index, groups, rows, nodes, free, relevant, settings, state)
     final = combine(parts, np.ones(len(rows)), settings)
-    best = np.full(len(index.node_names), -np.inf)
-    np.maximum.at(best, nodes, final)
-    winners = final >= best[nodes] - kernels.TIE_EPSILON
-    # rows ascend, so the first winner of each node is the first in upstream's order
-    won_nodes, first = np.unique(nodes[winners], return_index=True)
+    # Rows ascend, so do their nodes: each node's candidates are one run (`starts`), its best is
+    # the run's maximum, and its first winner the first in upstream's order.
+    starts = np.flatnonzero(np.concatenate(([True], nodes[1:] != nodes[:-1])))
+    best = np.repeat(np.maximum.reduceat(final, starts), np.diff(np.append(starts, len(final))))
+    winners = np.flatnonzero(final >= best - kernels.TIE_EPSILON)
+    first = winners[np.concatenate(([True], nodes[winners][1:] != nodes[winners][:-1]))]
     chosen = np.full(len(index.node_names), -1, dtype=np.int64)
-    chosen[won_nodes] = rows[winners][first]
+    chosen[nodes[first]] = rows[first]
     picked: np.ndarray = chosen[positions]
     return picked
+
+
+#: Per index generation: the rows of each parent group (`single_partition.group_row_lists`).
+_GROUP_ROWS: weakref.WeakKeyDictionary[DeviceIndex, tuple[np.ndarray, np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _single_parts(
+    index: DeviceIndex,
+    groups: Partitions,
+    rows: np.ndarray,
+    nodes: np.ndarray,
+    free: np.ndarray,
+    relevant: np.ndarray,
+    settings: TopologySettings,
+    state: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """(M, 5) score terms of each row as a set of one: `score_sets` and `partition_parts`' terms,
+    from the one-device kernel (`kernels.single_partition`, the same numbers with a quarter of the
+    work); while the kernels warm up, from those general entry points (whose twins answer).
+    `state`: `group_state(groups, free)` if the caller has it."""
+    if not warming.use_kernels():
+        sets = rows.reshape(-1, 1).astype(np.int64)
+        _, parts = score_sets(index, nodes, sets, np.zeros(1, dtype=np.int64), free, relevant, settings)
+        return partition_parts(index, nodes, sets, free, parts)
+    lists = _GROUP_ROWS.get(index)
+    if lists is None:
+        lists = _GROUP_ROWS[index] = single_partition.group_row_lists(groups.row_group, groups.num_groups)
+    group_free, group_used = state if state is not None else group_state(groups, free)
+    return single_partition.single_terms(
+        rows=rows,
+        row_node=index.row_node,
+        node_start=index.node_start,
+        coords=index.row_coords,
+        free=free,
+        relevant=relevant,
+        spread=settings.packing == "spread",
+        row_group=groups.row_group,
+        row_cost=groups.row_cost,
+        group_counters=groups.group_counters,
+        group_free=group_free,
+        group_used=group_used,
+        group_start=lists[0],
+        group_rows=lists[1],
+    )
 
 
 def partition_parts(

@@ -16,15 +16,17 @@ A node the vectorised check cannot decide goes to the first-fit kernel, not the 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
+import orjson
 
 from extender import telemetry
 from extender.allocator.allocating import SearchStats
 from extender.allocator.inputs import AllocatedState
-from extender.claims import allocation_fits_node
+from extender.claims import Claim, allocation_fits_node, skips_node_operations
 from extender.core import feasibility, firstfit, reasons, scoring
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
@@ -36,6 +38,41 @@ from extender.index import selecting
 from extender.index.snapshot import DeviceIndex
 from kernels import counters as counter_kernels
 from kernels import topology as kernels
+
+#: The one verdict of every node that passes (interned by the evaluation's `Verdicts`).
+_PASS = NodeVerdict(PASSED)
+
+
+def _positions(evaluation: PodEvaluation, index: DeviceIndex, names: list[str]) -> np.ndarray:
+    """Index positions of nodes of the index (each list's once: `Verdicts.positions`); the
+    evaluation's verdicts are kept by this index's positions from here on."""
+    evaluation.verdicts.bind(index.node_names, index.node_pos)
+    positions = evaluation.verdicts.positions(names)
+    if len(positions) and positions.min() < 0:
+        raise KeyError(names[int(np.argmin(positions))])  # tiers are handed nodes of the index
+    return positions
+
+
+def _assign_no_set(
+    evaluation: PodEvaluation,
+    positions: np.ndarray,
+    fits_if_free: np.ndarray,
+    short: np.ndarray,
+    short_texts: list[str],
+) -> None:
+    """`reasons.no_set` for the nodes at `positions`, worded once per distinct (fits if free,
+    short request) pair: thousands of failed nodes share a handful of texts."""
+    if not len(positions):
+        return
+    refs = reasons.claim_refs(evaluation.specs)
+    pairs, group = np.unique((short + 1) * 2 + fits_if_free.astype(np.int64), return_inverse=True)
+    verdicts = [
+        reasons.no_set(
+            refs, fits_if_free=bool(pair % 2), short=short_texts[pair // 2 - 1] if pair >= 2 else ""
+        )
+        for pair in pairs.tolist()
+    ]
+    evaluation.verdicts.assign_groups(positions, group.ravel(), verdicts)
 
 
 class Tier(Protocol):
@@ -62,19 +99,20 @@ class VectorisedTier:
         if requests is None or not names:
             return names
         index = view.index
-        positions = np.array([index.node_pos[n] for n in names], dtype=np.int64)
+        positions = _positions(evaluation, index, names)
         result = feasibility.check(index, requests, view.free, positions)
-        hard: list[str] = []
-        for i, name in enumerate(names):
-            if result.needs_search[i]:
-                hard.append(name)
-            elif result.fits[i]:
-                evaluation.verdicts[name] = NodeVerdict(PASSED)
-            else:
-                evaluation.verdicts[name] = reasons.short_of(
-                    evaluation.specs, result.short_request[i], in_use=bool(result.fits_if_free[i])
-                )
-        return hard
+        needs = result.needs_search
+        evaluation.verdicts.assign(positions[result.fits & ~needs], _PASS)
+        failed = ~needs & ~result.fits
+        if failed.any():  # one verdict per distinct (short request, in use) pair
+            short = np.asarray(result.short_request, dtype=np.int64)[failed]
+            pairs, group = np.unique((short + 1) * 2 + result.fits_if_free[failed], return_inverse=True)
+            verdicts = [
+                reasons.short_of(evaluation.specs, pair // 2 - 1, in_use=bool(pair % 2))
+                for pair in pairs.tolist()
+            ]
+            evaluation.verdicts.assign_groups(positions[failed], group.ravel(), verdicts)
+        return evaluation.verdicts.pick(names, needs)
 
 
 class KernelTier:
@@ -103,42 +141,44 @@ class KernelTier:
         plan = self.ranker.plan(evaluation, index, free)
         if plan is None:
             return names
-        positions = np.fromiter((index.node_pos[n] for n in names), dtype=np.int64, count=len(names))
+        positions = _positions(evaluation, index, names)
         modelled = ~plan.awkward_nodes[positions]
-        search = [name for name, ok in zip(names, modelled.tolist(), strict=True) if not ok]
-        names = [name for name, ok in zip(names, modelled.tolist(), strict=True) if ok]
+        search = evaluation.verdicts.pick(names, ~modelled)
+        names = evaluation.verdicts.pick(names, modelled)
         if not names:
             return search
-        status = self.ranker.run_kernel(evaluation, index, free, plan, names, positions[modelled])
-        none = np.flatnonzero(status == kernels.STATUS_NONE)
-        for i in np.flatnonzero((status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)):
-            evaluation.verdicts[names[i]] = NodeVerdict(PASSED)
-        search.extend(names[i] for i in np.flatnonzero(status == kernels.STATUS_UNKNOWN))
-        if len(none):
-            search.extend(self._explain_failures(evaluation, index, [names[i] for i in none]))
+        positions = positions[modelled]
+        status = self.ranker.run_kernel(evaluation, index, free, plan, names, positions)
+        evaluation.verdicts.assign(
+            positions[(status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)], _PASS
+        )
+        search.extend(evaluation.verdicts.pick(names, status == kernels.STATUS_UNKNOWN))
+        none = status == kernels.STATUS_NONE
+        if none.any():
+            search.extend(
+                self._explain_failures(
+                    evaluation, index, evaluation.verdicts.pick(names, none), positions[none]
+                )
+            )
         return search
 
-    def _explain_failures(self, evaluation: PodEvaluation, index: DeviceIndex, names: list[str]) -> list[str]:
+    def _explain_failures(
+        self, evaluation: PodEvaluation, index: DeviceIndex, names: list[str], positions: np.ndarray
+    ) -> list[str]:
         """Verdicts for nodes where the kernel proved no set exists; returns nodes it cannot tell."""
         specs = evaluation.specs
         everything = np.ones(index.num_rows, dtype=bool)
         plan = scoring.kernel_plan(specs, index, everything)
         assert plan is not None  # the same pod is modelled whatever is free
-        positions = np.fromiter((index.node_pos[n] for n in names), dtype=np.int64, count=len(names))
         relevant = evaluation.relevant if evaluation.relevant is not None else everything
         status, _, _, _ = scoring.best_sets(
             plan, index, positions, everything, relevant, self.ranker.topology
         )
-        refs = reasons.claim_refs(specs)
-        short = scoring.short_requests(specs, index, positions)
-        unsure: list[str] = []
-        for i, name in enumerate(names):
-            if status[i] == kernels.STATUS_UNKNOWN:
-                unsure.append(name)
-            else:
-                fits_if_free = status[i] in (kernels.STATUS_EXACT, kernels.STATUS_BOUNDED)
-                evaluation.verdicts[name] = reasons.no_set(refs, fits_if_free=fits_if_free, short=short[i])
-        return unsure
+        short, texts = scoring.short_request_codes(specs, index, positions)
+        sure = status != kernels.STATUS_UNKNOWN
+        fits_if_free = (status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)
+        _assign_no_set(evaluation, positions[sure], fits_if_free[sure], short[sure], texts)
+        return evaluation.verdicts.pick(names, ~sure)
 
 
 class FirstFitTier:
@@ -161,29 +201,26 @@ class FirstFitTier:
         plan = evaluation.first_fit
         if plan is None:
             return names
-        positions = np.fromiter((index.node_pos[n] for n in names), dtype=np.int64, count=len(names))
+        positions = _positions(evaluation, index, names)
         result = firstfit.run(plan, index, free, positions)
         status = result.status
-        found = np.flatnonzero(status == counter_kernels.STATUS_FOUND)
-        if len(found):
-            passed = [names[i] for i in found]
-            evaluation.first_fit_sets.add(passed, result.chosen[found], result.chosen_slot[found])
-            for name in passed:
-                evaluation.verdicts[name] = NodeVerdict(PASSED)
-        search = [names[i] for i in np.flatnonzero(status == counter_kernels.STATUS_UNKNOWN)]
-        none = np.flatnonzero(status == counter_kernels.STATUS_NONE)
-        if not len(none):
+        found = status == counter_kernels.STATUS_FOUND
+        if found.any():
+            evaluation.first_fit_sets.add(
+                evaluation.verdicts.pick(names, found), result.chosen[found], result.chosen_slot[found]
+            )
+            evaluation.verdicts.assign(positions[found], _PASS)
+        search = evaluation.verdicts.pick(names, status == counter_kernels.STATUS_UNKNOWN)
+        none = status == counter_kernels.STATUS_NONE
+        if not none.any():
             return search
-        failed = [names[i] for i in none]
-        if_free = firstfit.run(plan, index, free, positions[none], nothing_held=True).status
-        short = scoring.short_requests(evaluation.specs, index, positions[none])
-        refs = reasons.claim_refs(evaluation.specs)
-        for i, name in enumerate(failed):
-            if if_free[i] == counter_kernels.STATUS_UNKNOWN:
-                search.append(name)
-            else:
-                fits_if_free = if_free[i] == counter_kernels.STATUS_FOUND
-                evaluation.verdicts[name] = reasons.no_set(refs, fits_if_free=fits_if_free, short=short[i])
+        positions = positions[none]
+        if_free = firstfit.run(plan, index, free, positions, nothing_held=True).status
+        short, texts = scoring.short_request_codes(evaluation.specs, index, positions)
+        sure = if_free != counter_kernels.STATUS_UNKNOWN
+        search.extend(evaluation.verdicts.pick(evaluation.verdicts.pick(names, none), ~sure))
+        fits_if_free = if_free == counter_kernels.STATUS_FOUND
+        _assign_no_set(evaluation, positions[sure], fits_if_free[sure], short[sure], texts)
         return search
 
 
@@ -242,35 +279,28 @@ def decide(
     of the pod cannot use is unresolvable; a pod with nothing pending passes; a node the state
     does not know cannot hold pending claims (`reasons.UNKNOWN_NODE`, in O(1): a request may
     name any number of them); the rest go to `run` (a search timeout becomes the evaluation's
-    error, an input error its problem)."""
-    if evaluation.problem:
-        problem = NodeVerdict(UNRESOLVABLE, evaluation.problem)
-        for name in names:
-            evaluation.verdicts[name] = problem
-        return
+    error, an input error its problem). Each step is an array operation over the nodes' index
+    positions (`names` are distinct)."""
     index = view.index()
-    known = index.nodes
-    allocated = evaluation.claims.allocated
-    v137 = index.features.v137
-    pending: list[str] = []
-    for name in names:
-        node = known.get(name)
-        unusable = (
-            next(
-                (c for c in allocated if not allocation_fits_node(c, node or bare_node(name), v137=v137)),
-                None,
-            )
-            if allocated
-            else None
+    verdicts = evaluation.verdicts
+    verdicts.bind(index.node_names, index.node_pos)
+    if evaluation.problem:
+        verdicts.assign_names(names, NodeVerdict(UNRESOLVABLE, evaluation.problem))
+        return
+    positions = verdicts.positions(names)
+    known = positions >= 0
+    open_ = np.ones(len(names), dtype=bool)
+    for claim in evaluation.claims.allocated:  # the first claim a node cannot use names it
+        usable = _usable(claim, index, names, positions, known)
+        verdicts.assign_names(
+            evaluation.verdicts.pick(names, open_ & ~usable), reasons.claim_unavailable(claim.ref)
         )
-        if unusable is not None:
-            evaluation.verdicts[name] = reasons.claim_unavailable(unusable.ref)
-        elif not evaluation.specs:
-            evaluation.verdicts[name] = NodeVerdict(PASSED)
-        elif node is None:
-            evaluation.verdicts[name] = reasons.UNKNOWN_NODE
-        else:
-            pending.append(name)
+        open_ &= usable
+    if not evaluation.specs:
+        verdicts.assign_names(evaluation.verdicts.pick(names, open_), _PASS)
+        return
+    verdicts.assign_names(evaluation.verdicts.pick(names, open_ & ~known), reasons.UNKNOWN_NODE)
+    pending = evaluation.verdicts.pick(names, open_ & known)
     if not pending:
         return
     try:
@@ -281,8 +311,49 @@ def decide(
         evaluation.interrupted = isinstance(exc, SelectorsInterrupted)
     except AllocationError as exc:
         evaluation.problem = str(exc)
-        for name in [*evaluation.verdicts, *pending]:
-            evaluation.verdicts[name] = NodeVerdict(UNRESOLVABLE, evaluation.problem)
+        verdicts.assign_names([*verdicts, *pending], NodeVerdict(UNRESOLVABLE, evaluation.problem))
+
+
+#: Per index generation: an allocated claim's (node selector as JSON, whether 1.37 needs the node
+#: to declare optional node operations) -> whether each node of the index can use the claim, so a
+#: pod's allocated claims are checked per node once per generation.
+_MaskKey = tuple[bytes, bool]
+_SELECTOR_MASKS: weakref.WeakKeyDictionary[DeviceIndex, dict[_MaskKey, np.ndarray]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Selectors remembered per generation (the table starts again when full).
+SELECTOR_MASKS = 1024
+
+
+def _usable(
+    claim: Claim, index: DeviceIndex, names: list[str], positions: np.ndarray, known: np.ndarray
+) -> np.ndarray:
+    """Per name: whether the allocated claim can be used on the node (`allocation_fits_node`).
+
+    The answer depends on the claim only through its allocation's node selector and, for 1.37,
+    whether a device of it skips node operations: one mask per such pair and index generation."""
+    usable = np.ones(len(names), dtype=bool)
+    v137 = index.features.v137
+    needs_declaration = v137 and skips_node_operations(claim)
+    selector = claim.node_selector
+    if selector is None and not needs_declaration:
+        return usable
+    masks = _SELECTOR_MASKS.setdefault(index, {})
+    key = (orjson.dumps(selector, option=orjson.OPT_SORT_KEYS), needs_declaration)
+    mask = masks.get(key)
+    if mask is None:
+        if len(masks) >= SELECTOR_MASKS:
+            masks.clear()
+        nodes = index.nodes
+        mask = masks[key] = np.fromiter(
+            (allocation_fits_node(claim, nodes[name], v137=v137) for name in index.node_names),
+            dtype=bool,
+            count=len(index.node_names),
+        )
+    usable[known] = mask[positions[known]]
+    for i in np.flatnonzero(~known).tolist():  # names the state does not know: a bare node each
+        usable[i] = allocation_fits_node(claim, bare_node(names[i]), v137=v137)
+    return usable
 
 
 def run(

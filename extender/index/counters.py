@@ -43,8 +43,26 @@ _INT64_MAX = 2**63 - 1
 _UNIT = 1000
 
 
+#: id(quantity) -> (quantity, milli): quantities parsed from one text are one object
+#: (`Quantity.parse`), so the few a fleet states are converted once.
+_MILLI: dict[int, tuple[Quantity, int | None]] = {}
+#: Quantities remembered (the table starts again when full).
+MILLI_CACHE = 4096
+
+
 def milli(quantity: Quantity) -> int | None:
     """The quantity in whole milli-units, or None if it is finer or does not fit in int64."""
+    found = _MILLI.get(id(quantity))
+    if found is not None and found[0] is quantity:
+        return found[1]
+    value = _milli(quantity)
+    if len(_MILLI) >= MILLI_CACHE:
+        _MILLI.clear()
+    _MILLI[id(quantity)] = (quantity, value)
+    return value
+
+
+def _milli(quantity: Quantity) -> int | None:
     exact = quantity.exact
     numerator, denominator = exact.numerator, exact.denominator
     if _UNIT % denominator:

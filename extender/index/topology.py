@@ -49,6 +49,7 @@ import orjson
 from extender.allocator.constraints import lookup_attribute
 from extender.allocator.model import Device
 from extender.allocator.pools import Pool
+from extender.quantity import Quantity
 
 log = logging.getLogger(__name__)
 
@@ -332,6 +333,33 @@ class NodePartitions:
 _NO_PARTITIONS_COST = np.zeros((0, 1), dtype=np.float64)
 
 
+#: (id(amount), id(capacity)) -> (amount, capacity, share): quantities parsed from the same text
+#: are one object (`Quantity.parse`), so a fleet's few distinct pairs are found by identity.
+_SHARES: dict[tuple[int, int], tuple[Quantity, Quantity, float]] = {}
+#: Pairs remembered (the table starts again when full).
+SHARES = 4096
+
+
+def _share(amount: Quantity, capacity: Quantity) -> float:
+    """The share of a counter of value `capacity` that consuming `amount` takes: 0 for nothing,
+    `UNFITTABLE_SHARE` for a counter of value 0 or less, else the ratio (once per distinct pair:
+    every MIG placement of one profile consumes the same share of the same counters)."""
+    key = (id(amount), id(capacity))
+    found = _SHARES.get(key)
+    if found is not None and found[0] is amount and found[1] is capacity:
+        return found[2]
+    if amount.exact == 0:
+        share = 0.0
+    elif capacity.exact <= 0:
+        share = UNFITTABLE_SHARE
+    else:
+        share = float(amount.exact / capacity.exact)
+    if len(_SHARES) >= SHARES:
+        _SHARES.clear()
+    _SHARES[key] = (amount, capacity, share)
+    return share
+
+
 def node_partitions(model: TopologyModel, devices: Sequence[Device], pools: Sequence[Pool]) -> NodePartitions:
     """The "parent GPU" grouping of one node's rows (`devices` in row order, `pools` the node's)."""
     rows = len(devices)
@@ -368,13 +396,7 @@ def node_partitions(model: TopologyModel, devices: Sequence[Device], pools: Sequ
             share = []
             for name in names:
                 amount = consumed.get(name)
-                capacity = counters[name].exact
-                if amount is None or amount.exact == 0:
-                    share.append(0.0)
-                elif capacity <= 0:
-                    share.append(UNFITTABLE_SHARE)
-                else:
-                    share.append(float(amount.exact / capacity))
+                share.append(0.0 if amount is None else _share(amount, counters[name]))
         else:
             parent = model.parent_of(device)
             if parent is None:
