@@ -36,6 +36,7 @@ Tests force one implementation with `forced(use_kernels=...)`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
@@ -133,8 +134,29 @@ def start(*, threads: int = 0) -> bool:
         _state = WARMING
         _settled.clear()
     thread = threading.Thread(target=_run, args=(threads,), name="kernel-warm-up", daemon=True)
+    atexit.register(_finish_before_exit)  # a later start() registers it again: it runs twice, harmlessly
     thread.start()
     return True
+
+
+#: How long an exiting process waits for a running warm-up (a cold compile takes 30-60 s).
+EXIT_WAIT_SECONDS = 300.0
+
+
+def _finish_before_exit() -> None:
+    """At interpreter exit, let a running warm-up finish first.
+
+    Why: llvmlite calls LLVM with the GIL released, so the daemon thread keeps compiling while the
+    main thread finalizes the interpreter and runs LLVM's static destructors; LLVM then aborts the
+    process on an internal assertion (exit code 134 and a core dump instead of the exit code the
+    program chose; seen when a test file ended during a cold compile). numba's compiler cannot be
+    interrupted, so the exit waits for it (the compiled kernels are then cached for the next start).
+    """
+    if _settled.is_set():
+        return
+    log.warning("waiting for the numba kernel warm-up to finish before exiting (it cannot be interrupted)")
+    if not _settled.wait(EXIT_WAIT_SECONDS):
+        log.error("the kernel warm-up still runs after %.0f s; exiting anyway", EXIT_WAIT_SECONDS)
 
 
 def _run(threads: int) -> None:

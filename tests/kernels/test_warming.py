@@ -254,3 +254,37 @@ def test_the_warm_up_compiles_what_the_service_calls() -> None:
     assert result["state"] == warming.COMPILED
     assert result["compiled"] >= 4  # the four parallel drivers at least
     assert result["new"] == {}
+
+
+_EXIT_DURING_WARM_UP = """
+import sys, time
+from pathlib import Path
+from kernels import warming
+
+def slow_compile(threads):
+    time.sleep(1.5)  # a compile still running when the program returns
+    Path(sys.argv[1]).write_text("finished")
+    return 1.5
+
+warming._compile_all = slow_compile
+assert warming.start()
+sys.exit(3)
+"""
+
+
+def test_exit_waits_for_a_running_warm_up(tmp_path: Path) -> None:
+    """A process that exits while the warm-up thread compiles lets it finish first (LLVM aborts the
+    process when the interpreter finalizes under a running compile) and keeps its own exit code."""
+    marker = tmp_path / "finished"
+    script = tmp_path / "exit_during_warm_up.py"
+    script.write_text(_EXIT_DURING_WARM_UP)
+    done = subprocess.run(
+        [sys.executable, str(script), str(marker)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr
+    assert marker.read_text() == "finished"
+    assert "waiting for the numba kernel warm-up to finish before exiting" in done.stderr
