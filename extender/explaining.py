@@ -4,7 +4,10 @@ Runs the placement's own steps, the ones /filter and /prioritize run, and prints
 verdict filter would give (gang clique rule included), the reason and, for nodes that pass, the
 topology score with its breakdown (locality, fragmentation, packing, preference), the 0..10
 priority /prioritize would return when kube-scheduler sends it the nodes that passed, and the
-devices bind would allocate.
+devices bind would allocate. A pod asking for extended resources a DeviceClass maps is split per
+kind of node exactly as /filter and /prioritize split it (`Placement.extended_parts`,
+`merged_verdict`); the report adds the claim the scheduler generates and the nodes whose device
+plugin serves the resource.
 
 Two callers:
 - the CLI builds a Placement over a state file and explains against it (`explain`);

@@ -6,8 +6,10 @@ verb back:
 - the answer goes out first: the middleware only queues the recording (`loop.call_soon`) and
   returns the response untouched; any failure to record is logged at debug level and dropped;
 - nothing runs on the placement's worker: the score terms of a prioritize come from the
-  evaluation that produced the answer, handed over by `extender.core.observed` (asking the
-  worker afterwards queued a second job behind unrelated work and delayed the answer);
+  evaluations that produced the answer (one, or one per kind of node for a pod asking for
+  extended resources), and the claims a bind wrote (a created claim under the name it got) from
+  the binder, both handed over by `extender.core.observed` (asking the worker afterwards queued
+  a second job behind unrelated work and delayed the answer);
 - the middleware is only installed when the dashboard is on.
 
 The same middleware counts the verb calls in flight (`VerbsInFlight`), so the dashboard's explain

@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 import itertools
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from extender.__main__ import main
 from extender.allocator.features import Features
@@ -199,3 +201,15 @@ def test_the_cli_prints_it(tmp_path, capsys) -> None:
     assert "on 1 node(s) a device plugin advertises" in out
     assert f"      {CLAIM}: container-0-request-0=gpu.nvidia.com/h100-node-02/" in out
     assert "2 of 2 node(s) pass" in out
+
+
+def test_the_readme_example_is_what_explain_prints(tmp_path, capsys) -> None:
+    """README "Extended resources": the explain example is the CLI's output, line for line."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    command = "$ dra-extender explain --pod gpu-job.yaml"
+    block = readme[readme.index(command) :].split("```", 1)[0].strip().splitlines()
+    nodes = block[0].split()[6::2]  # the --node values
+    pod_file = tmp_path / "gpu-job.yaml"
+    pod_file.write_text(yaml.safe_dump(_gpu_pod({GPU: "2"})))
+    assert main(["explain", "--pod", str(pod_file), *(f"--node={n}" for n in nodes)]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == block[1:]
