@@ -26,7 +26,7 @@ import logging
 from extender import profiles
 from extender.claims import DELETE_PROTECTION_FINALIZER, resolve_pod_claims
 from extender.cluster.state import ClusterState
-from extender.core import binding, extended
+from extender.core import binding, extended, observed
 from extender.core.evaluation import PODS_SEEN_SIZE
 from extender.core.placement import Placement
 from extender.errors import AllocationError
@@ -116,12 +116,13 @@ class InMemoryBinder:
         claims, allocations = choice.claims, choice.allocations
         consumer = {"resource": "pods", "name": pod.name or name, "uid": pod.uid or uid}
         created: Obj | None = None
+        written_created = ""  # namespace/name of the claim this bind created
         written: list[str] = []  # namespace/name of each claim allocated (the created one's real name)
         for claim, allocation in zip(claims.pending, allocations, strict=True):
             source, ref = claim.source, claim.ref
             if choice.extended is not None and source is choice.extended.source:
                 source = created = extended.created(source, self._state)
-                ref = f"{claim.namespace}/{created['metadata']['name']}"
+                ref = written_created = f"{claim.namespace}/{created['metadata']['name']}"
             self._state.upsert(_allocated_claim(source, allocation.allocation, consumer))
             written.append(ref)
         for claim in claims.allocated:
@@ -137,6 +138,13 @@ class InMemoryBinder:
                 created["metadata"]["name"], choice.extended.mappings
             )
         self._state.upsert(bound)
+        observed.report_bound(
+            [
+                observed.Bound(ref, tuple(str(r.device.id) for r in a.devices), ref == written_created)
+                for ref, a in zip(written, allocations, strict=True)
+            ]
+            + [observed.Bound(claim.ref, ()) for claim in claims.allocated]
+        )
         log.info(
             "bound pod %s/%s to %s, allocated %d claim(s): %s",
             namespace,

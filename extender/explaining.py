@@ -4,7 +4,10 @@ Runs the placement's own steps, the ones /filter and /prioritize run, and prints
 verdict filter would give (gang clique rule included), the reason and, for nodes that pass, the
 topology score with its breakdown (locality, fragmentation, packing, preference), the 0..10
 priority /prioritize would return when kube-scheduler sends it the nodes that passed, and the
-devices bind would allocate.
+devices bind would allocate. A pod asking for extended resources a DeviceClass maps is split per
+kind of node exactly as /filter and /prioritize split it (`Placement.extended_parts`,
+`merged_verdict`); the report adds the claim the scheduler generates and the nodes whose device
+plugin serves the resource.
 
 Two callers:
 - the CLI builds a Placement over a state file and explains against it (`explain`);
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +38,12 @@ import yaml
 from extender.allocator.features import Features
 from extender.allocator.results import ClaimAllocation
 from extender.cluster.state import ClusterState
+from extender.core import extended
 from extender.core.assumed import AssumeCache
 from extender.core.evaluation import PodEvaluation
 from extender.core.gang import GangSettings
-from extender.core.placement import Placement
-from extender.core.scoring import NodeScore
+from extender.core.placement import Placement, merged_verdict
+from extender.core.scoring import ScoreBook
 from extender.core.view import Generation
 from extender.index.topology import TopologySettings
 from extender.objects import Obj
@@ -250,34 +255,77 @@ class Explanation:
         )
 
     def _steps(self) -> Iterator[None]:
-        """The work, yielding between groups of nodes; sets `report` at the end."""
+        """The work, yielding between groups of nodes; sets `report` at the end.
+
+        An extended-resource pod is split as /filter and /prioritize split it
+        (`Placement.extended_parts`): one variant per kind of node, each with its own claim and
+        evaluation; the verdicts are merged as /filter merges them and each variant's nodes are
+        ranked among themselves, as /prioritize ranks them."""
         placement, pod = self._placement, self._record
         names = list(self._nodes or placement.index().node_names)
-        evaluation = placement.new_evaluation(pod)  # its own: never in the placement's cache
-        for group in _groups(names, DECIDE_GROUP):
-            placement.decide(evaluation, group)
-            yield
-            if evaluation.error:
+        split = placement.extended_parts(pod, names)
+        parts = [
+            _Part(variant, group, placement.new_evaluation(variant))  # its own: never in the cache
+            for variant, group in (split.parts if split is not None else [(pod, names)])
+        ]
+        error = ""
+        for part in parts:
+            for group in _groups(part.names, DECIDE_GROUP):
+                placement.decide(part.evaluation, group)
+                yield
+                if part.evaluation.error:
+                    break
+            error = part.evaluation.error
+            if error:  # filter answers the first variant's error, in the same order
                 break
         placement.view.freeze_new_caches()
-        verdict = placement.filter_verdict(pod, evaluation, names)
-        for group in _groups(verdict.passed, SCORE_GROUP):
-            placement.scores(evaluation, group)
-            yield
-        priorities = placement.priorities(pod, evaluation, verdict.passed)
-        scores = placement.scores(evaluation, verdict.passed)
-        devices: dict[str, list[ClaimAllocation]] = {}
-        for name in verdict.passed:
-            devices[name] = placement.choose_allocations(evaluation, name) or []
-            yield
-        nodes = [(name, scores.get(name), priorities.get(name, 0), devices.get(name, [])) for name in names]
-        report = _report(pod, evaluation, verdict, nodes)
+        if error:
+            verdict = FilterVerdict(error=error)
+        else:
+            verdicts = [placement.filter_verdict(p.pod, p.evaluation, p.names) for p in parts]
+            verdict = verdicts[0] if split is None else merged_verdict(verdicts, split, names)
+        part_of: dict[str, _Part] = {}
+        for part in parts:
+            for name in part.names:
+                part_of.setdefault(name, part)
+        for part in parts:
+            passed = [name for name in verdict.passed if part_of.get(name) is part]
+            for group in _groups(passed, SCORE_GROUP):
+                placement.scores(part.evaluation, group)
+                yield
+            part.priorities = placement.priorities(part.pod, part.evaluation, passed)
+            part.scores = placement.scores(part.evaluation, passed)
+            for name in passed:
+                part.devices[name] = placement.choose_allocations(part.evaluation, name) or []
+                yield
+        needs = extended.needs_of(pod, extended.class_map(placement.state)) if split is not None else None
+        report = _report(pod, verdict, parts, part_of, names, needs)
         if self._outdated:
             report += (
                 "\n  note: claims changed while explaining (more than "
                 f"{MAX_RESTARTS} times); verdicts of the first nodes may be from before the change"
             )
         self.report = report
+
+
+@dataclass(slots=True)
+class _Part:
+    """One variant of the pod (the pod itself unless it asks for extended resources) and what
+    explain found for its nodes."""
+
+    pod: Pod
+    names: list[str]
+    evaluation: PodEvaluation
+    priorities: dict[str, int] = field(default_factory=dict)
+    scores: ScoreBook | None = None
+    devices: dict[str, list[ClaimAllocation]] = field(default_factory=dict)
+
+    def plugin_served(self, needs: extended.Needs | None) -> list[str]:
+        """The pod's extended resources this variant leaves to the nodes' device plugins."""
+        if needs is None:
+            return []
+        served = self.pod.extended.resources if self.pod.extended is not None else ()
+        return [name for name in sorted(needs.totals) if name not in served]
 
 
 def _groups(names: list[str], size: int) -> Iterator[list[str]]:
@@ -287,24 +335,33 @@ def _groups(names: list[str], size: int) -> Iterator[list[str]]:
 
 def _report(
     pod: Pod,
-    evaluation: PodEvaluation,
     verdict: FilterVerdict,
-    nodes: list[tuple[str, NodeScore | None, int, list[ClaimAllocation]]],
+    parts: list[_Part],
+    part_of: dict[str, _Part],
+    names: list[str],
+    needs: extended.Needs | None,
 ) -> str:
     lines = [f"pod {pod.namespace}/{pod.name or '?'}"]
-    error = evaluation.error or verdict.error
-    if error:
-        lines.append(f"  error: {error}")
+    if verdict.error:
+        lines.append(f"  error: {verdict.error}")
         return "\n".join(lines)
-    claims = evaluation.claims
-    if claims.allocated:
-        lines.append("  already allocated: " + ", ".join(c.ref for c in claims.allocated))
-    if claims.pending:
-        lines.append("  to allocate: " + ", ".join(c.ref for c in claims.pending))
-    if not claims.uses_claims:
+    if needs is not None:
+        lines.extend(_extended_lines(needs, parts))
+    allocated: dict[str, None] = {}
+    pending: dict[str, None] = {}
+    for part in parts:
+        claims = part.evaluation.claims
+        allocated.update(dict.fromkeys(c.ref for c in claims.allocated))
+        made = part.pod.extended.source if part.pod.extended is not None else None
+        pending.update(dict.fromkeys(c.ref for c in claims.pending if c.source is not made))
+    if allocated:
+        lines.append("  already allocated: " + ", ".join(allocated))
+    if pending:
+        lines.append("  to allocate: " + ", ".join(pending))
+    if needs is None and not any(p.evaluation.claims.uses_claims for p in parts):
         lines.append("  uses no ResourceClaims: every node passes")
     passed = set(verdict.passed)
-    for name, score, priority, allocations in nodes:
+    for name in names:
         if name in verdict.failed:
             lines.append(f"  {name}: FAILED: {verdict.failed[name]}")
             continue
@@ -312,6 +369,9 @@ def _report(
             lines.append(f"  {name}: UNRESOLVABLE: {verdict.unresolvable.get(name, '')}")
             continue
         lines.append(f"  {name}: PASSED")
+        part = part_of[name]
+        score = part.scores.get(name) if part.scores is not None else None
+        priority = part.priorities.get(name, 0)
         if score is not None:
             lines.append(
                 f"      priority {priority}/10, score {score.score:.3f} = "
@@ -325,11 +385,55 @@ def _report(
                 )
                 + f" (device choice: {score.method})"
             )
-        for allocation in allocations:
+        plugin = part.plugin_served(needs)
+        if plugin:
+            lines.append(
+                f"      {', '.join(plugin)}: the node's device plugin (status.allocatable); "
+                "left to kube-scheduler's NodeResourcesFit"
+                + ("" if score is not None else f"; priority {priority}/10")
+            )
+        for allocation in part.devices.get(name, []):
             devices = ", ".join(f"{r.request_name}={r.device.id}" for r in allocation.devices)
             lines.append(f"      {allocation.claim.ref}: {devices}")
-    lines.append(f"  {len(passed)} of {len(nodes)} node(s) pass")
+    lines.append(f"  {len(passed)} of {len(names)} node(s) pass")
     return "\n".join(lines)
+
+
+def _extended_lines(needs: extended.Needs, parts: list[_Part]) -> list[str]:
+    """What the pod asks for in extended resources and, per kind of node, the claim the
+    scheduler would generate or the device plugin left to serve it."""
+    asked = ", ".join(
+        f"{name}: {count} ("
+        + (f"DeviceClass {needs.classes[name]}" if name in needs.classes else "no DeviceClass maps it")
+        + ")"
+        for name, count in sorted(needs.totals.items())
+    )
+    lines = [f"  extended resources: {asked}"] if asked else []
+    for part in parts:
+        claim = part.pod.extended
+        count = len(part.names)
+        if claim is None:
+            served = ", ".join(sorted(needs.totals))
+            lines.append(
+                f"  on {count} node(s) a device plugin advertises {served}: no claim, "
+                "left to kube-scheduler's NodeResourcesFit"
+            )
+            continue
+        meta = claim.source.get("metadata") or {}
+        requests = "; ".join(
+            f"request {request}: {wanted} of class {class_name}"
+            for request, class_name, wanted in claim.requests
+        )
+        mappings = ", ".join(
+            f"{m.get('containerName', '')} {m.get('resourceName', '')} -> {m.get('requestName', '')}"
+            for m in claim.mappings
+        )
+        lines.append(
+            f"  on {count} node(s) DRA serves {', '.join(claim.resources)}: claim "
+            f"{meta.get('namespace', 'default')}/{meta.get('name', '')}, {requests}; "
+            f"bind creates it as {meta.get('generateName', '')}<random> (containers: {mappings})"
+        )
+    return lines
 
 
 def explain(

@@ -139,15 +139,7 @@ class Placement:
         verdicts = [
             self.filter_verdict(part, self.evaluate(part, names), names) for part, names in parts.parts
         ]
-        error = next((v.error for v in verdicts if v.error), "")
-        if error:
-            return FilterVerdict(error=error)
-        passed = {name for v in verdicts for name in v.passed}
-        failed = {n: r for v in verdicts for n, r in v.failed.items()}
-        unresolvable = {n: r for v in verdicts for n, r in v.unresolvable.items()}
-        for name, outcome in parts.refused.items():
-            (failed if outcome.status == FAILED else unresolvable)[name] = outcome.reason
-        return FilterVerdict([n for n in dict.fromkeys(node_names) if n in passed], failed, unresolvable)
+        return merged_verdict(verdicts, parts, node_names)
 
     def filter_verdict(self, pod: Pod, evaluation: PodEvaluation, node_names: list[str]) -> FilterVerdict:
         """Filter's answer from an evaluation that has decided `node_names` (explain reuses it)."""
@@ -264,3 +256,19 @@ class Placement:
     def decide(self, evaluation: PodEvaluation, node_names: list[str]) -> None:
         """Verdicts for the nodes (`tiers.decide`: pod-level problems, allocated claims, the tiers)."""
         tiers.decide(evaluation, node_names, view=self.view, tiers=self.tiers, budget=self.search.budget)
+
+
+def merged_verdict(
+    verdicts: list[FilterVerdict], parts: extended.Split, node_names: list[str]
+) -> FilterVerdict:
+    """Filter's answer for an extended-resource pod from the verdicts of its parts (in
+    `parts.parts` order) and the nodes no part can use (explain reuses it)."""
+    error = next((v.error for v in verdicts if v.error), "")
+    if error:
+        return FilterVerdict(error=error)
+    passed = {name for v in verdicts for name in v.passed}
+    failed = {n: r for v in verdicts for n, r in v.failed.items()}
+    unresolvable = {n: r for v in verdicts for n, r in v.unresolvable.items()}
+    for name, outcome in parts.refused.items():
+        (failed if outcome.status == FAILED else unresolvable)[name] = outcome.reason
+    return FilterVerdict([n for n in dict.fromkeys(node_names) if n in passed], failed, unresolvable)

@@ -69,7 +69,7 @@ from extender.claims import (
     same_devices,
 )
 from extender.cluster.state import ClusterState
-from extender.core import binding, extended
+from extender.core import binding, extended, observed
 from extender.core.placement import Placement
 from extender.errors import KubeAPIError
 from extender.kube import api
@@ -268,6 +268,9 @@ class KubeBinder:
                 if write.allocation is not None:
                     written_rv = ((write.current or {}).get("metadata") or {}).get("resourceVersion", "")
                     self._written[write.uid] = (write.namespace, write.name, str(written_rv))
+        observed.report_bound(
+            [observed.Bound(w.ref, observed.result_devices(w.allocation), w.created) for w in writes]
+        )
         log.info(
             "bound pod %s/%s to %s: allocated %s; reserved %s",
             namespace,

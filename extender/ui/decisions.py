@@ -6,8 +6,10 @@ verb back:
 - the answer goes out first: the middleware only queues the recording (`loop.call_soon`) and
   returns the response untouched; any failure to record is logged at debug level and dropped;
 - nothing runs on the placement's worker: the score terms of a prioritize come from the
-  evaluation that produced the answer, handed over by `extender.core.observed` (asking the
-  worker afterwards queued a second job behind unrelated work and delayed the answer);
+  evaluations that produced the answer (one, or one per kind of node for a pod asking for
+  extended resources), and the claims a bind wrote (a created claim under the name it got) from
+  the binder, both handed over by `extender.core.observed` (asking the worker afterwards queued
+  a second job behind unrelated work and delayed the answer);
 - the middleware is only installed when the dashboard is on.
 
 The same middleware counts the verb calls in flight (`VerbsInFlight`), so the dashboard's explain
@@ -29,7 +31,7 @@ import logging
 import operator
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +97,8 @@ class Decision:
     error: str = ""
     rows: list[NodeRow] = field(default_factory=list)
     left_out: int = 0  # nodes of the call not in `rows`
+    #: bind: the claims it wrote, {"claim", "created", "devices"} (at most MAX_ROWS, cut)
+    claims: list[Obj] = field(default_factory=list)
 
     def as_dict(self, *, detail: bool) -> Obj:
         out: Obj = {
@@ -113,6 +117,7 @@ class Decision:
         if detail:
             out["nodes"] = [row.as_dict() for row in self.rows]
             out["left_out"] = self.left_out
+            out["claims"] = self.claims
         return out
 
 
@@ -195,7 +200,7 @@ def recording_middleware(decisions: DecisionLog, in_flight: VerbsInFlight) -> Mi
         verb = request.path.rsplit("/", 1)[-1]
         if request.method != "POST" or verb not in VERBS:
             return await handler(request)
-        with in_flight, observed.collecting() as evaluations:
+        with in_flight, observed.collecting() as evaluations, observed.collecting_binds() as bound:
             response = await handler(request)
         if (
             isinstance(response, web.Response)
@@ -203,9 +208,8 @@ def recording_middleware(decisions: DecisionLog, in_flight: VerbsInFlight) -> Mi
             and request.content.is_eof()  # the handler read the whole body: read() costs no I/O
         ):
             asked = await request.read()
-            evaluation = evaluations[-1] if evaluations else None
             asyncio.get_running_loop().call_soon(
-                _record_quietly, decisions, verb, asked, response.body, evaluation
+                _record_quietly, decisions, verb, asked, response.body, list(evaluations), list(bound)
             )
         return response
 
@@ -213,21 +217,32 @@ def recording_middleware(decisions: DecisionLog, in_flight: VerbsInFlight) -> Mi
 
 
 def _record_quietly(
-    decisions: DecisionLog, verb: str, asked: bytes, answered: Any, evaluation: PodEvaluation | None
+    decisions: DecisionLog,
+    verb: str,
+    asked: bytes,
+    answered: Any,
+    evaluations: list[PodEvaluation],
+    bound: list[observed.Bound],
 ) -> None:
     try:
-        record_call(decisions, verb, asked, bytes(answered) if answered else b"", evaluation)
+        record_call(decisions, verb, asked, bytes(answered) if answered else b"", evaluations, bound)
     except Exception as exc:  # the dashboard never fails a verb
         log.debug("dashboard: not recording a %s call: %s", verb, exc)
 
 
 def record_call(
-    decisions: DecisionLog, verb: str, asked: bytes, answered: bytes, evaluation: PodEvaluation | None
+    decisions: DecisionLog,
+    verb: str,
+    asked: bytes,
+    answered: bytes,
+    evaluations: Sequence[PodEvaluation] = (),
+    bound: Sequence[observed.Bound] = (),
 ) -> Decision | None:
     """Record one verb call from its request and answer bodies (None: not a call to record).
 
-    `evaluation` is the one behind a prioritize answer (its score terms are read, nothing is
-    computed); it may be None.
+    `evaluations` are the ones behind a prioritize answer (its score terms are read, nothing is
+    computed): one, or one per kind of node for an extended-resource pod; `bound` what a bind
+    wrote (`observed.report_bound`).
     """
     args = orjson.loads(asked)
     answer = orjson.loads(answered) if answered else {}
@@ -238,6 +253,14 @@ def record_call(
         decision = decisions.add(verb, pod=pod, uid=str(args.get("PodUID", "")), nodes_in=1)
         decision.node = _cut(str(args.get("Node", "")), MAX_NAME)
         decision.error = _cut(str(answer.get("Error") or "") if isinstance(answer, dict) else "", MAX_TEXT)
+        decision.claims = [
+            {
+                "claim": _cut(b.claim, MAX_NAME),
+                "created": b.created,
+                "devices": [_cut(d, MAX_NAME) for d in b.devices[:MAX_ROWS]],
+            }
+            for b in bound[:MAX_ROWS]
+        ]
         return decision
     pod_obj = given if isinstance(given := args.get("Pod"), dict) else {}
     meta = found if isinstance(found := pod_obj.get("metadata"), dict) else {}
@@ -254,7 +277,7 @@ def record_call(
     if verb == "filter" and isinstance(answer, dict):
         _filtered(decision, answer)
     elif verb == "prioritize" and isinstance(answer, list):
-        _prioritized(decision, answer, evaluation)
+        _prioritized(decision, answer, evaluations)
     elif isinstance(answer, dict):
         decision.error = _cut(str(answer.get("error") or ""), MAX_TEXT)
     return decision
@@ -279,8 +302,9 @@ def _filtered(decision: Decision, answer: Obj) -> None:
     decision.left_out = len(passed) + len(failed) + len(unresolvable) - len(rows)
 
 
-def _prioritized(decision: Decision, answer: list[Any], evaluation: PodEvaluation | None) -> None:
-    """The best MAX_ROWS scores (ties in answer order), with the terms the evaluation holds."""
+def _prioritized(decision: Decision, answer: list[Any], evaluations: Sequence[PodEvaluation]) -> None:
+    """The best MAX_ROWS scores (ties in answer order), with the terms the evaluations hold (an
+    extended-resource pod has one per kind of node, each scoring its own nodes)."""
     # Our own answer: a list of {"Host", "Score"}; C-level passes over it (200,000 nodes: ms).
     score = operator.itemgetter("Score")
     best = heapq.nlargest(MAX_ROWS, answer, key=score)  # stable: the first of equal scores wins
@@ -289,10 +313,9 @@ def _prioritized(decision: Decision, answer: list[Any], evaluation: PodEvaluatio
     decision.left_out = len(answer) - len(best)
     if best:
         decision.node = decision.rows[0].name
-    if evaluation is None:
-        return
     for row, host in zip(decision.rows, best, strict=True):
-        found = evaluation.scores.get(str(host["Host"]))  # None: the node was not scored
+        name = str(host["Host"])
+        found = next(filter(None, (e.scores.get(name) for e in evaluations)), None)  # None: not scored
         if found is not None:
             row.terms = {
                 "score": round(found.score, 4),

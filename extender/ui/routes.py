@@ -21,6 +21,7 @@ import orjson
 from aiohttp import web
 
 from extender import explaining
+from extender.core import extended
 from extender.core.placement import Placement
 from extender.objects import Obj
 from extender.pods import parse_pod
@@ -180,10 +181,17 @@ async def _decision(request: web.Request) -> web.Response:
 
 
 def _pending_pods(placement: Placement) -> list[Obj]:
+    """Unbound pods of the state the extender places: with ResourceClaims, or (with the
+    DRAExtendedResource gate on) asking for extended resources a DeviceClass maps."""
+    classes = extended.class_map(placement.state) if placement.features.extended_resource else None
     pods = []
     for pod in placement.state.list("Pod"):
         spec = found if isinstance(found := pod.get("spec"), dict) else {}
-        if not spec.get("nodeName") and spec.get("resourceClaims"):
+        if spec.get("nodeName"):
+            continue
+        if spec.get("resourceClaims") or (
+            classes is not None and extended.needs_of(parse_pod(pod), classes) is not None
+        ):
             pods.append(pod)
     return pods
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from extender.claims import DELETE_PROTECTION_FINALIZER
+from extender.core import observed
 from extender.core.extended import CLAIM_ANNOTATION
 from extender.kube.binder import KubeBinder
 from extender.objects import Obj
@@ -113,6 +114,28 @@ async def test_bind_creates_the_claim_allocates_it_records_it_on_the_pod_then_bi
         assert pod["spec"]["nodeName"] == "n1"
         # The assumed allocation moved to the created claim's UID, then left with the watch.
         await h.caught_up()
+
+
+async def test_bind_reports_the_created_claim_under_its_real_name(fake_api: FakeApiServer):
+    """What the dashboard's bind decision shows (`observed.report_bound`): the claim the API
+    server named, marked created, with the devices written; a device-plugin node: nothing."""
+    seed(fake_api, plugin_node=True)
+    fake_api.put_object(gpu_pod("p2", 1))
+    async with Harness(fake_api) as h:
+        with observed.collecting_binds() as bound:
+            assert await h.bind("p1", "n1") == ("", OK)
+        [made] = extended_claims(fake_api)
+        results = made["status"]["allocation"]["devices"]["results"]
+        assert bound == [
+            observed.Bound(
+                f"{NAMESPACE}/{made['metadata']['name']}",
+                tuple(f"{r['driver']}/{r['pool']}/{r['device']}" for r in results),
+                created=True,
+            )
+        ]
+        with observed.collecting_binds() as bound:
+            assert await h.bind("p2", "dp") == ("", OK)
+        assert bound == []
 
 
 async def test_a_second_pod_gets_the_devices_the_first_did_not_take(fake_api: FakeApiServer):

@@ -215,3 +215,27 @@ def test_nodes_named_like_object_properties_show_their_own_values(server: str, b
     assert cells["constructor"][1] == "0" and cells["constructor"][2] == ""
     assert cells["h100-node-01"][1] == "10" and cells["h100-node-01"][2].startswith("score ")
     assert not any("function" in text for row in cells.values() for text in row)
+
+
+def test_a_bind_decision_shows_the_claim_it_created(server: str, browser) -> None:
+    """A pod asking for `example.com/gpu` (KEP-5004): the bind decision's row names the claim bind
+    created, under the name it got, with its devices."""
+    driver = browser
+    wait = WebDriverWait(driver, 20)
+    driver.get(f"{server}/ui")
+    wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#kinds tbody tr")))
+    meta = {"name": "browser-gpu-job", "namespace": "default", "uid": "browser-gpu-job-uid"}
+    pod = {
+        "metadata": meta,
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {"example.com/gpu": "1"}}}]},
+    }
+    assert _post(f"{server}/filter", {"Pod": pod, "NodeNames": ["h100-node-01"]})["NodeNames"] == [
+        "h100-node-01"
+    ]
+    bind = {"PodName": meta["name"], "PodNamespace": "default", "PodUID": meta["uid"], "Node": "h100-node-01"}
+    assert _post(f"{server}/bind", bind) == {"Error": ""}
+    cells = _decision_cells(server, driver, wait, "bind")
+    _, score, claim, reason = cells["h100-node-01"]
+    assert score == "" and reason == "bound"
+    assert claim.startswith("default/browser-gpu-job-extended-resources-")
+    assert claim.split(" ", 1)[1].startswith("(created by bind): gpu.nvidia.com/h100-node-01/gpu-")

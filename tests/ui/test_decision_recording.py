@@ -153,7 +153,7 @@ def test_a_filter_of_200000_nodes_keeps_some_of_each_and_the_counts() -> None:
         "FailedAndUnresolvableNodes": unresolvable,
         "Error": "",
     }
-    decision = record_call(decisions, "filter", asked, orjson.dumps(answer), None)
+    decision = record_call(decisions, "filter", asked, orjson.dumps(answer))
     assert decision is not None
     assert (decision.passed, decision.failed, decision.unresolvable) == (50_000, 100_000, 50_000)
     outcomes = [row.outcome for row in decision.rows]

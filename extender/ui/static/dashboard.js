@@ -157,14 +157,20 @@ async function selectDecision(seq) {
   document.getElementById("decision-seq").textContent = `#${detail.seq}: ${detail.verb} ${detail.pod}`;
   const body = document.querySelector("#decision-nodes tbody");
   body.replaceChildren();
-  const rows = detail.verb === "bind" ? [{ name: detail.node, outcome: "bound", score: null, terms: null, reason: "" }]
+  // A bind: one row per claim it wrote (a claim it created for extended resources says so).
+  const bound = detail.claims && detail.claims.length ? detail.claims : [null];
+  const rows = detail.verb === "bind"
+    ? bound.map((claim) => ({ name: detail.node, outcome: "bound", score: null, terms: null, reason: "", claim }))
     : detail.nodes;
   for (const node of rows) {
     const terms = node.terms;
+    const claim = node.claim;
     const text = terms
       ? `score ${terms.score} (locality ${terms.locality}, fragmentation ${terms.fragmentation}, packing ${terms.packing})`
-      : "";
-    const why = node.reason || (node.outcome === "passed" ? "passed" : detail.error || "");
+      : claim
+        ? `${claim.claim}${claim.created ? " (created by bind)" : ""}: ${claim.devices.join(", ") || "reserved"}`
+        : "";
+    const why = node.reason || (node.outcome === "passed" ? "passed" : detail.error || (node.outcome === "bound" ? "bound" : ""));
     const row = el("tr");
     row.dataset.node = node.name;
     for (const value of [node.name, node.score ?? "", text, why]) row.append(el("td", null, value));
