@@ -285,6 +285,11 @@ def _run_explain(args: argparse.Namespace) -> int:
     unknown = [n for n in args.node if state.get("Node", n) is None]
     if unknown:
         return _fail(f"unknown node(s): {', '.join(unknown)}")
+    # Compile (or load from numba's cache) the kernels before any search deadline starts: the first
+    # explain on a machine would otherwise spend the scoring deadline compiling and print no scores.
+    from kernels import warming
+
+    warming.warm_up_now()
     for pod in pods:
         print(explaining.explain(state, pod, features=features, nodes=args.node or None))
     return 0

@@ -29,6 +29,15 @@ from extender.explaining import Explanation, explain
 from extender.pods import parse_pod
 from extender.settings import Settings
 from extender.wiring import build_services
+from kernels import warming
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_up_running() -> None:
+    """Earlier tests of the session may leave a background kernel warm-up running (their services
+    start one); these tests compare exact reports, so each starts once it has ended."""
+    assert warming.wait(timeout=600), "a background kernel warm-up did not end"
+
 
 GPU = "example.com/gpu"
 CLAIM = "default/<extended-resources>"
