@@ -325,6 +325,15 @@ class NodePools(Sequence[Pool]):
         self.shared = shared
         self.shared_keys = shared_keys
 
+    def with_shared(
+        self, shared: tuple[Pool, ...], shared_keys: tuple[tuple[bool, PoolID], ...]
+    ) -> NodePools:
+        """The same own pools merged into another shared tuple (nothing sorted again)."""
+        pools = NodePools.__new__(NodePools)
+        pools.own, pools.own_keys, pools.hidden = self.own, self.own_keys, self.hidden
+        pools.shared, pools.shared_keys = shared, shared_keys
+        return pools
+
     def __iter__(self) -> Iterator[Pool]:
         own, own_keys, hidden = self.own, self.own_keys, self.hidden
         if not own and not hidden:
@@ -381,6 +390,10 @@ class PoolCatalog:
         self.selected: list[PoolFacts] = []  # pools with slices that need a node-selector match
         self.reused = 0
         self._builds_before = 0  # builds the re-used facts did for earlier catalogs
+        #: Facts built for this catalog, and `previous`'s facts not re-used (changed or gone): the
+        #: nodes they name are the only ones whose pools can differ from `previous`'s.
+        self.fresh: list[PoolFacts] = []
+        self.dropped: list[PoolFacts] = []
         shared: list[Pool] = []
         for pool_id, members in by_pool.items():
             facts = reuse.get(pool_id)
@@ -389,6 +402,7 @@ class PoolCatalog:
                 self._builds_before += facts.builds
             else:
                 facts = PoolFacts(pool_id, members, features)
+                self.fresh.append(facts)
             self.facts[pool_id] = facts
             for name in facts.named:
                 self.named.setdefault(name, []).append(facts)
@@ -405,6 +419,8 @@ class PoolCatalog:
             p for p in self.shared if p.slices and not p.invalid and not p.incomplete
         )
         self.shared_invalid = frozenset(p.id for p in self.shared if p.invalid)
+        if reuse and self.reused != len(reuse):
+            self.dropped = [f for pool_id, f in reuse.items() if self.facts.get(pool_id) is not f]
 
     def pools_for(self, name: str, node: Node | None) -> NodePools:
         """The node's pools, exactly as upstream's per-node gather would list them."""

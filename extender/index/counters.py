@@ -190,10 +190,13 @@ class CounterColumns:
     """The counter columns of one DeviceIndex generation (see module docstring)."""
 
     def __init__(self, index: DeviceIndex, cache: dict[int, tuple[_NodeBlock, _BlockCounters]]) -> None:
+        self.serial = index.serial
         parts: list[_BlockCounters] = []
         self._cache: dict[int, tuple[_NodeBlock, _BlockCounters]] = {}
+        self._blocks: list[_NodeBlock] = []  # per node position, the block of `_parts`
         for name in index.node_names:
             block = index.blocks[name]
+            self._blocks.append(block)
             hit = cache.get(id(block))
             if hit is None or hit[0] is not block:
                 hit = (block, _block_counters(block, index.features))
@@ -246,8 +249,93 @@ class CounterColumns:
         )
         self.row_consumes = np.diff(self.row_ptr) > 0
         self.counter_start = counter_start
+        self.nnz_start = nnz_start
+        self.local_start = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(local, out=self.local_start[1:])
+        self.has_foreign = any(p.foreign for p in parts)
         self._parts = parts
         self._available: tuple[np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def patched(cls, index: DeviceIndex, previous: CounterColumns) -> CounterColumns | None:
+        """`previous`'s columns with the nodes `index` rebuilt written over theirs, or None.
+
+        For an index whose rows are the previous generation's but for some nodes'
+        (`DeviceIndex.patched`): each rebuilt node's columns are computed and copied into its
+        ranges, when they have as many counters, entries and consumers as before and no node
+        has consumers outside its rows (`foreign`, read through the row map); no Python runs
+        per node that did not change. None: build the columns from the blocks.
+        """
+        patch = index.patched
+        if patch is None or patch[0] != previous.serial or previous.has_foreign:
+            return None
+        _, rebuilt, touched, shared_same = patch
+        parts = list(previous._parts)
+        blocks = list(previous._blocks)
+        cache = dict(previous._cache)
+        new: list[tuple[int, _BlockCounters]] = []
+        for position in rebuilt.tolist():
+            block = index.blocks[index.node_names[position]]
+            part = _block_counters(block, index.features)
+            old = parts[position]
+            if (
+                part.foreign
+                or len(part.capacity) != len(old.capacity)
+                or len(part.row_counter) != len(old.row_counter)
+                or len(part.local_consumer_row) != len(old.local_consumer_row)
+                or len(part.row_ptr) != len(old.row_ptr)
+            ):
+                return None
+            cache.pop(id(blocks[position]), None)
+            cache[id(block)] = (block, part)
+            parts[position] = part
+            blocks[position] = block
+            new.append((position, part))
+        self = cls.__new__(cls)
+        self.serial = index.serial
+        self.counter_start, self.nnz_start, self.local_start = (
+            previous.counter_start,
+            previous.nnz_start,
+            previous.local_start,
+        )
+        self.counter_node = previous.counter_node
+        self.capacity = previous.capacity.copy()
+        self.row_counter = previous.row_counter.copy()
+        self.row_amount = previous.row_amount.copy()
+        self.row_ptr = previous.row_ptr.copy()
+        self.consumer_row = previous.consumer_row.copy()
+        self.consumer_counter = previous.consumer_counter.copy()
+        self.consumer_amount = previous.consumer_amount.copy()
+        self.uncertain = previous.uncertain.copy()
+        self.other_special = previous.other_special.copy()
+        self.row_consumes = previous.row_consumes.copy()
+        node_start = index.node_start
+        for position, part in new:
+            c0, c1 = previous.counter_start[position], previous.counter_start[position + 1]
+            n0, n1 = previous.nnz_start[position], previous.nnz_start[position + 1]
+            l0, l1 = previous.local_start[position], previous.local_start[position + 1]
+            r0, r1 = node_start[position], node_start[position + 1]
+            self.capacity[c0:c1] = part.capacity
+            self.row_counter[n0:n1] = part.row_counter + c0
+            self.row_amount[n0:n1] = part.row_amount
+            self.row_ptr[r0 + 1 : r1 + 1] = part.row_ptr[1:] + n0
+            self.consumer_row[l0:l1] = part.local_consumer_row + r0
+            self.consumer_counter[l0:l1] = part.local_consumer_counter + c0
+            self.consumer_amount[l0:l1] = part.local_consumer_amount
+            self.uncertain[position] = part.uncertain
+            self.other_special[r0:r1] = part.other_special
+            self.row_consumes[r0:r1] = np.diff(part.row_ptr) > 0
+        if shared_same:  # only the touched nodes' pools differ from the previous generation's
+            self.incomplete = previous.incomplete.copy()
+            self.incomplete[touched] = _incomplete_nodes(index, touched)
+        else:
+            self.incomplete = _incomplete_nodes(index)
+        self.has_foreign = False
+        self._parts = parts
+        self._blocks = blocks
+        self._cache = cache
+        self._available = None
+        return self
 
     def counter_names(self, position: int) -> tuple[tuple[PoolID, str, str], ...]:
         """(pool id, counter set, counter) of the node's counters, ids counter_start[position]:..."""
@@ -282,7 +370,9 @@ def counter_columns(index: DeviceIndex) -> CounterColumns:
     global _last, _last_index
     if _last is not None and _last_index is not None and _last_index() is index:
         return _last
-    columns = CounterColumns(index, _last._cache if _last is not None else {})
+    columns = CounterColumns.patched(index, _last) if _last is not None else None
+    if columns is None:
+        columns = CounterColumns(index, _last._cache if _last is not None else {})
     _last, _last_index = columns, weakref.ref(index)
     return columns
 
@@ -292,16 +382,19 @@ def to_fraction(amount: int) -> Fraction:
     return Fraction(amount, _UNIT)
 
 
-def _incomplete_nodes(index: DeviceIndex) -> np.ndarray:
-    """bool per node: some pool the node sees is incomplete (`All` requests fail there).
+def _incomplete_nodes(index: DeviceIndex, positions: np.ndarray | None = None) -> np.ndarray:
+    """bool per node (or per one of `positions`): some pool the node sees is incomplete (`All`
+    requests fail there).
 
     Read from `index.pools` (the node's own pools and the cluster's shared markers), not from
     the node's block: an incomplete pool gives the node no rows, so its block does not hold it.
     The shared tuple is scanned once for all nodes.
     """
-    out = np.zeros(len(index.node_names), dtype=bool)
+    wanted = range(len(index.node_names)) if positions is None else positions.tolist()
+    out = np.zeros(len(wanted), dtype=bool)
     shared_flags: dict[int, tuple[bool, frozenset[PoolID]]] = {}
-    for position, name in enumerate(index.node_names):
+    for out_position, position in enumerate(wanted):
+        name = index.node_names[position]
         pools = index.pools.get(name)
         if pools is None:
             continue
@@ -311,5 +404,7 @@ def _incomplete_nodes(index: DeviceIndex) -> np.ndarray:
             cached = (False, frozenset(p.id for p in shared if p.incomplete))
             shared_flags[id(shared)] = cached
         incomplete_shared = cached[1]
-        out[position] = any(p.incomplete for p in pools.own) or bool(incomplete_shared - set(pools.hidden))
+        out[out_position] = any(p.incomplete for p in pools.own) or bool(
+            incomplete_shared - set(pools.hidden)
+        )
     return out
