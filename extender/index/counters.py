@@ -35,7 +35,7 @@ from extender.allocator.compatibility import slice_uses_groups
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID, PoolID, Slice
 from extender.allocator.pools import Pool
-from extender.index.snapshot import DeviceIndex, _NodeBlock
+from extender.index.snapshot import DeviceIndex, _NodeBlock, patched_array
 from extender.quantity import Quantity
 
 _INT64_MAX = 2**63 - 1
@@ -269,7 +269,7 @@ class CounterColumns:
         patch = index.patched
         if patch is None or patch[0] != previous.serial or previous.has_foreign:
             return None
-        _, rebuilt, touched, shared_same = patch
+        _, rebuilt, touched, incomplete_same = patch
         parts = list(previous._parts)
         blocks = list(previous._blocks)
         cache = dict(previous._cache)
@@ -299,35 +299,49 @@ class CounterColumns:
             previous.local_start,
         )
         self.counter_node = previous.counter_node
-        self.capacity = previous.capacity.copy()
-        self.row_counter = previous.row_counter.copy()
-        self.row_amount = previous.row_amount.copy()
-        self.row_ptr = previous.row_ptr.copy()
-        self.consumer_row = previous.consumer_row.copy()
-        self.consumer_counter = previous.consumer_counter.copy()
-        self.consumer_amount = previous.consumer_amount.copy()
-        self.uncertain = previous.uncertain.copy()
-        self.other_special = previous.other_special.copy()
-        self.row_consumes = previous.row_consumes.copy()
         node_start = index.node_start
+        spans = []
         for position, part in new:
-            c0, c1 = previous.counter_start[position], previous.counter_start[position + 1]
-            n0, n1 = previous.nnz_start[position], previous.nnz_start[position + 1]
-            l0, l1 = previous.local_start[position], previous.local_start[position + 1]
-            r0, r1 = node_start[position], node_start[position + 1]
-            self.capacity[c0:c1] = part.capacity
-            self.row_counter[n0:n1] = part.row_counter + c0
-            self.row_amount[n0:n1] = part.row_amount
-            self.row_ptr[r0 + 1 : r1 + 1] = part.row_ptr[1:] + n0
-            self.consumer_row[l0:l1] = part.local_consumer_row + r0
-            self.consumer_counter[l0:l1] = part.local_consumer_counter + c0
-            self.consumer_amount[l0:l1] = part.local_consumer_amount
-            self.uncertain[position] = part.uncertain
-            self.other_special[r0:r1] = part.other_special
-            self.row_consumes[r0:r1] = np.diff(part.row_ptr) > 0
-        if shared_same:  # only the touched nodes' pools differ from the previous generation's
-            self.incomplete = previous.incomplete.copy()
-            self.incomplete[touched] = _incomplete_nodes(index, touched)
+            spans.append(
+                (
+                    part,
+                    (int(previous.counter_start[position]), int(previous.counter_start[position + 1])),
+                    (int(previous.nnz_start[position]), int(previous.nnz_start[position + 1])),
+                    (int(previous.local_start[position]), int(previous.local_start[position + 1])),
+                    (int(node_start[position]), int(node_start[position + 1])),
+                    position,
+                )
+            )
+        self.capacity = patched_array(previous.capacity, [(*c, p.capacity) for p, c, *_ in spans])
+        self.row_counter = patched_array(
+            previous.row_counter, [(*n, p.row_counter + c[0]) for p, c, n, *_ in spans]
+        )
+        self.row_amount = patched_array(previous.row_amount, [(*n, p.row_amount) for p, c, n, *_ in spans])
+        self.row_ptr = patched_array(
+            previous.row_ptr, [(r[0] + 1, r[1] + 1, p.row_ptr[1:] + n[0]) for p, c, n, _, r, _ in spans]
+        )
+        self.consumer_row = patched_array(
+            previous.consumer_row, [(*k, p.local_consumer_row + r[0]) for p, _, _, k, r, _ in spans]
+        )
+        self.consumer_counter = patched_array(
+            previous.consumer_counter, [(*k, p.local_consumer_counter + c[0]) for p, c, _, k, _, _ in spans]
+        )
+        self.consumer_amount = patched_array(
+            previous.consumer_amount, [(*k, p.local_consumer_amount) for p, _, _, k, _, _ in spans]
+        )
+        self.uncertain = patched_array(previous.uncertain, [(q, q + 1, [p.uncertain]) for p, *_, q in spans])
+        self.other_special = patched_array(
+            previous.other_special, [(*r, p.other_special) for p, _, _, _, r, _ in spans]
+        )
+        self.row_consumes = patched_array(
+            previous.row_consumes, [(*r, np.diff(p.row_ptr) > 0) for p, _, _, _, r, _ in spans]
+        )
+        if incomplete_same:  # only the touched nodes' pools can differ in incompleteness
+            flags = _incomplete_nodes(index, touched)
+            self.incomplete = patched_array(
+                previous.incomplete,
+                [(q, q + 1, [f]) for q, f in zip(touched.tolist(), flags.tolist(), strict=True)],
+            )
         else:
             self.incomplete = _incomplete_nodes(index)
         self.has_foreign = False

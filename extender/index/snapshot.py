@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, count
 from typing import Any, TypeVar, overload
@@ -52,6 +52,18 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 #: Numbers every DeviceIndex built in this process (generations repeat across cluster states).
 _SERIAL = count()
+
+
+def patched_array(old: np.ndarray, writes: Sequence[tuple[int, int, Any]]) -> np.ndarray:
+    """`old` with `[start:stop] = values` for each write, as a new array; `old` itself when
+    every write would leave it as it is (a change that re-publishes the same content copies
+    nothing). Arrays are never changed in place: readers of an older generation keep theirs."""
+    if all(np.array_equal(old[start:stop], values) for start, stop, values in writes):
+        return old
+    new = old.copy()
+    for start, stop, values in writes:
+        new[start:stop] = values
+    return new
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +282,7 @@ class DeviceIndex:
         previous_blocks: dict[str, _NodeBlock] | None = None,
         previous_catalog: PoolCatalog | None = None,
         previous: DeviceIndex | None = None,
+        replaced: list[tuple[Slice, Slice]] | None = None,
     ) -> None:
         self.generation = generation
         self.serial = next(_SERIAL)
@@ -286,7 +299,10 @@ class DeviceIndex:
         self.slices = slices
         self.classes = classes
         self.evaluator = evaluator
-        self.catalog = PoolCatalog(slices, features, previous_catalog)
+        catalog = None
+        if replaced is not None and previous_catalog is not None and previous_catalog.features == features:
+            catalog = PoolCatalog.replacing(previous_catalog, replaced)
+        self.catalog = catalog if catalog is not None else PoolCatalog(slices, features, previous_catalog)
         self.by_pool: dict[PoolID, list[Slice]] = self.catalog.by_pool
         reuse = previous_blocks or {}
         self.blocks: dict[str, _NodeBlock] = {}
@@ -308,6 +324,8 @@ class DeviceIndex:
         # their meaning; codes come from one counter so two threads never hand out the same one.
         self._interned: dict[tuple[str, Any], int] = {}
         self._next_code: Iterator[int] = count()
+        # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
+        self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
         # id(raw ResourceSlice) -> parsed Slice; lets the next build skip unchanged slices.
         self.parsed_by_raw: dict[int, Slice] = {}
 
@@ -380,6 +398,9 @@ class DeviceIndex:
             len(catalog.shared) == len(previous.catalog.shared)
             and all(a is b for a, b in zip(catalog.shared, previous.catalog.shared, strict=True))
         )
+        incomplete_same = shared_same or {p.id for p in catalog.shared if p.incomplete} == {
+            p.id for p in previous.catalog.shared if p.incomplete
+        }
         if shared_same:
             self.pools = dict(previous.pools)
         else:  # only markers without devices changed: same own pools, the new shared tuple
@@ -399,7 +420,7 @@ class DeviceIndex:
                 previous.serial,
                 np.asarray(rebuilt, dtype=np.int64),
                 np.sort(positions),
-                shared_same,
+                incomplete_same,
             )
         else:
             self._build_rows()
@@ -441,19 +462,23 @@ class DeviceIndex:
         self.node_start = previous.node_start
         self.link_offset = previous.link_offset
         self.row_device = list(previous.row_device)
-        self.row_special = previous.row_special.copy()
-        self.row_tainted = previous.row_tainted.copy()
-        self.row_coords = previous.row_coords.copy()
-        self.link_distance = previous.link_distance.copy()
-        for position, block in zip(rebuilt, new_blocks, strict=True):
-            start, stop = int(self.node_start[position]), int(self.node_start[position + 1])
+        spans = [
+            (int(self.node_start[position]), int(self.node_start[position + 1]), block)
+            for position, block in zip(rebuilt, new_blocks, strict=True)
+        ]
+        self.row_special = patched_array(previous.row_special, [(a, b, k.special) for a, b, k in spans])
+        self.row_tainted = patched_array(previous.row_tainted, [(a, b, k.tainted) for a, b, k in spans])
+        self.row_coords = patched_array(previous.row_coords, [(a, b, k.coords) for a, b, k in spans])
+        self.link_distance = patched_array(
+            previous.link_distance,
+            [
+                (offset, offset + block.links.size, block.links.ravel())
+                for position, block in zip(rebuilt, new_blocks, strict=True)
+                if block.links is not None and (offset := int(self.link_offset[position])) >= 0
+            ],
+        )
+        for start, stop, block in spans:
             self.row_device[start:stop] = block.devices
-            self.row_special[start:stop] = block.special
-            self.row_tainted[start:stop] = block.tainted
-            self.row_coords[start:stop] = block.coords
-            if block.links is not None:
-                offset = int(self.link_offset[position])
-                self.link_distance[offset : offset + block.links.size] = block.links.ravel()
             if same_ids:
                 continue
             for row, device in enumerate(block.devices, start):
@@ -680,8 +705,25 @@ def build_index(
                 slice_ = _with_rule_taints(slice_, rule_taints)
         parsed_by_raw[id(raw)] = slice_
         slices.append(slice_)
+    # Slices replaced in place (same count, the others the very same objects): the pool catalog
+    # then re-does only their pools (`PoolCatalog.replacing`).
+    replaced: list[tuple[Slice, Slice]] | None = None
+    if previous is not None and len(previous.slices) == len(slices):
+        replaced = [(old, new) for old, new in zip(previous.slices, slices, strict=True) if old is not new]
+        if len(replaced) * 4 > len(slices):
+            replaced = None
     nodes = {(n.get("metadata") or {}).get("name", ""): n for n in state.iter("Node")}
-    classes = {c["metadata"]["name"]: parse_device_class(c) for c in state.iter("DeviceClass")}
+    # Parsed classes are kept with their raw object (so its id stays its own) for the next build.
+    known_classes = previous.parsed_classes if previous is not None else {}
+    parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
+    for raw_class in state.iter("DeviceClass"):
+        known = known_classes.get(id(raw_class))
+        parsed_classes[id(raw_class)] = (
+            known
+            if known is not None and known[0] is raw_class
+            else (raw_class, parse_device_class(raw_class))
+        )
+    classes = {raw["metadata"]["name"]: spec for raw, spec in parsed_classes.values()}
     index = DeviceIndex(
         generation=state.devices_generation,
         features=features,
@@ -699,8 +741,10 @@ def build_index(
         ),
         previous_catalog=previous.catalog if previous is not None else None,
         previous=previous,
+        replaced=replaced,
     )
     index.parsed_by_raw = parsed_by_raw
+    index.parsed_classes = parsed_classes
     if previous is not None and previous.evaluator is index.evaluator:
         index.carry_from(previous)
     return index
