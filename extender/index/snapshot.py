@@ -8,7 +8,15 @@ unchanged keeps its facts and Pool objects, and each node is given only the pool
 touch plus one shared tuple of the pools every node sees alike (e.g. other nodes' counter-only
 pool markers). A node's block (its rows) is re-used while the node object and the pools that give
 it devices are the same objects, so a change to one node-local slice, counter slice included,
-re-parses that slice and rebuilds that node's block only; the rest is array concatenation.
+re-parses that slice and rebuilds that node's block only.
+
+A change costs what changed (issue 21 item 2): when the state's device change log says only
+slices and nodes were updated, `_replay` re-reads just those objects and `PoolCatalog.replacing`
+re-does just their pools; only the nodes those pools name are gathered again; when each rebuilt
+block keeps its row count, the row columns are the previous generation's with those rows written
+over (`patched`), and everything derived per row (masks, attribute codes, counter columns,
+parent-GPU groups, the free mask) copies the previous generation's rows and re-derives the
+rebuilt nodes' only. Otherwise the columns are concatenated from the blocks.
 
 Rows: one row per (node, device the node can use), in the allocator's search order for that
 node (pools by driver/pool name, slices by name, devices as listed). A network-attached device
@@ -27,6 +35,7 @@ their pairwise distances at `link_distance[link_offset[n]:]` (rows x rows, NaN w
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +50,7 @@ from extender.allocator.model import Device, DeviceID, PoolID, Slice, Taint, par
 from extender.allocator.nodeselection import node_matches
 from extender.allocator.pools import NodePools, Pool, PoolCatalog, search_key
 from extender.allocator.taints import BLOCKING_EFFECTS
-from extender.cluster.state import ClusterState
+from extender.cluster.state import UPDATED, ClusterState, Key, object_key
 from extender.index.selecting import CachingEvaluator
 from extender.index.topology import NODE_LEVEL, TopologyModel
 from extender.lru import SizedLRU
@@ -75,6 +84,9 @@ class SelectorMask:
 
 
 MaskKey = tuple[str, tuple[str, ...]]
+#: At most this many device-side changes are replayed onto the previous index (`_replay`); more
+#: and the index is built by the full pass (which re-uses unchanged slices and blocks anyway).
+REPLAY_LIMIT = 256
 #: Bytes of selector masks one index keeps (LRU): one per distinct (class, selectors) pair seen,
 #: each 2 bytes per row, so a stream of distinct selectors cannot grow the index without bound
 #: (issue 22 item 3). At 40,000 rows a mask is 80 KB: about 800 masks. An evicted mask is
@@ -283,6 +295,7 @@ class DeviceIndex:
         previous_catalog: PoolCatalog | None = None,
         previous: DeviceIndex | None = None,
         replaced: list[tuple[Slice, Slice]] | None = None,
+        changed_nodes: set[str] | None = None,
     ) -> None:
         self.generation = generation
         self.serial = next(_SERIAL)
@@ -308,7 +321,7 @@ class DeviceIndex:
         self.blocks: dict[str, _NodeBlock] = {}
         self.pools: dict[str, NodePools] = {}
         self.rebuilt: list[str] = []  # nodes whose block this snapshot built (not re-used)
-        touched = self._touched_nodes(previous, previous_blocks)
+        touched = self._touched_nodes(previous, previous_blocks, changed_nodes)
         if previous is not None and touched is not None:
             self._update_nodes(previous, touched)
         else:
@@ -326,8 +339,12 @@ class DeviceIndex:
         self._next_code: Iterator[int] = count()
         # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
         self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
-        # id(raw ResourceSlice) -> parsed Slice; lets the next build skip unchanged slices.
-        self.parsed_by_raw: dict[int, Slice] = {}
+        # id(raw ResourceSlice) -> (raw, parsed Slice); lets the next build skip unchanged slices
+        # (the raw object is held, so no other object can have its id meanwhile).
+        self.parsed_by_raw: dict[int, tuple[Obj, Slice]] = {}
+        # Where each slice came from (`_parse_slices`) and from which state, for `_replay`.
+        self.slice_keys: _SliceKeys | None = None
+        self.state_ref: weakref.ref[ClusterState] | None = None
 
     # ----------------------------------------------------------------- nodes
     def _node(self, name: str, node: Obj, reuse: Mapping[str, _NodeBlock]) -> bool:
@@ -354,7 +371,10 @@ class DeviceIndex:
         self._build_rows()
 
     def _touched_nodes(
-        self, previous: DeviceIndex | None, previous_blocks: dict[str, _NodeBlock] | None
+        self,
+        previous: DeviceIndex | None,
+        previous_blocks: dict[str, _NodeBlock] | None,
+        changed_nodes: set[str] | None,
     ) -> set[str] | None:
         """The nodes whose pools can differ from `previous`'s, or None to gather every node.
 
@@ -385,7 +405,10 @@ class DeviceIndex:
         for facts in chain(catalog.fresh, catalog.dropped):
             touched.update(facts.named)
         old_nodes = previous.nodes
-        touched.update(name for name, node in self.nodes.items() if old_nodes.get(name) is not node)
+        if changed_nodes is not None:  # the nodes the state's change log names (`_replay`)
+            touched.update(changed_nodes)
+        else:
+            touched.update(name for name, node in self.nodes.items() if old_nodes.get(name) is not node)
         touched.intersection_update(self.nodes)
         if len(touched) * 4 > len(self.nodes):
             return None  # most nodes changed: the full pass is as cheap
@@ -686,33 +709,24 @@ def build_index(
     topology: TopologyModel | None = None,
 ) -> DeviceIndex:
     """Build a snapshot from the state, re-using parsed slices of `previous` that did not change."""
-    reuse: dict[int, Slice] = {}
-    if previous is not None:
-        reuse = previous.parsed_by_raw
-    rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
-    parsed_by_raw: dict[int, Slice] = {}
-    slices: list[Slice] = []
-    for raw in state.iter("ResourceSlice"):
-        slice_ = reuse.get(id(raw)) if not rule_taints else None
-        if slice_ is None:
-            try:
-                slice_ = parse_slice(raw)
-            except (KeyError, ValueError, TypeError) as exc:
-                name = (raw.get("metadata") or {}).get("name", "?")
-                log.warning("skipping ResourceSlice %s: %s", name, exc)
-                continue
-            if rule_taints:
-                slice_ = _with_rule_taints(slice_, rule_taints)
-        parsed_by_raw[id(raw)] = slice_
-        slices.append(slice_)
-    # Slices replaced in place (same count, the others the very same objects): the pool catalog
-    # then re-does only their pools (`PoolCatalog.replacing`).
-    replaced: list[tuple[Slice, Slice]] | None = None
-    if previous is not None and len(previous.slices) == len(slices):
-        replaced = [(old, new) for old, new in zip(previous.slices, slices, strict=True) if old is not new]
-        if len(replaced) * 4 > len(slices):
-            replaced = None
-    nodes = {(n.get("metadata") or {}).get("name", ""): n for n in state.iter("Node")}
+    replay = _replay(state, features, previous) if previous is not None else None
+    changed_nodes: set[str] | None = None
+    slice_keys: _SliceKeys | None
+    replaced: list[tuple[Slice, Slice]] | None
+    if replay is not None:
+        slices, parsed_by_raw, slice_keys, replaced, nodes, changed_nodes = replay
+    else:
+        slices, parsed_by_raw, slice_keys = _parse_slices(state, features, previous)
+        # Slices replaced in place (same count, the others the very same objects): the pool
+        # catalog then re-does only their pools (`PoolCatalog.replacing`).
+        replaced = None
+        if previous is not None and len(previous.slices) == len(slices):
+            replaced = [
+                (old, new) for old, new in zip(previous.slices, slices, strict=True) if old is not new
+            ]
+            if len(replaced) * 4 > len(slices):
+                replaced = None
+        nodes = {(n.get("metadata") or {}).get("name", ""): n for n in state.iter("Node")}
     # Parsed classes are kept with their raw object (so its id stays its own) for the next build.
     known_classes = previous.parsed_classes if previous is not None else {}
     parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
@@ -742,12 +756,115 @@ def build_index(
         previous_catalog=previous.catalog if previous is not None else None,
         previous=previous,
         replaced=replaced,
+        changed_nodes=changed_nodes,
     )
     index.parsed_by_raw = parsed_by_raw
+    index.slice_keys = slice_keys
+    index.state_ref = weakref.ref(state)
     index.parsed_classes = parsed_classes
     if previous is not None and previous.evaluator is index.evaluator:
         index.carry_from(previous)
     return index
+
+
+#: Per slice position: key -> position, and the id of the raw object it was parsed from.
+_SliceKeys = tuple[dict[Key, int], list[int]]
+_Parsed = tuple[list[Slice], dict[int, tuple[Obj, Slice]], _SliceKeys | None]
+
+
+def _parse_slices(state: ClusterState, features: Features, previous: DeviceIndex | None) -> _Parsed:
+    """Every slice of the state, parsed (or `previous`'s parse of the very same raw object), in
+    cluster order; with each slice's position by key (None if some slice could not be parsed)."""
+    reuse = previous.parsed_by_raw if previous is not None else {}
+    rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
+    parsed_by_raw: dict[int, tuple[Obj, Slice]] = {}
+    slices: list[Slice] = []
+    keys: list[Key] | None = []
+    raw_ids: list[int] = []
+    for raw in state.iter("ResourceSlice"):
+        known = reuse.get(id(raw)) if not rule_taints else None
+        if known is not None and known[0] is raw:  # the raw object is held: its id is its own
+            slice_ = known[1]
+        else:
+            try:
+                slice_ = parse_slice(raw)
+            except (KeyError, ValueError, TypeError) as exc:
+                name = (raw.get("metadata") or {}).get("name", "?")
+                log.warning("skipping ResourceSlice %s: %s", name, exc)
+                keys = None
+                continue
+            if rule_taints:
+                slice_ = _with_rule_taints(slice_, rule_taints)
+        parsed_by_raw[id(raw)] = (raw, slice_)
+        slices.append(slice_)
+        raw_ids.append(id(raw))
+        if keys is not None:
+            keys.append(object_key(raw))
+    if keys is None:
+        return slices, parsed_by_raw, None
+    return slices, parsed_by_raw, (dict(zip(keys, range(len(keys)), strict=True)), raw_ids)
+
+
+def _replay(
+    state: ClusterState, features: Features, previous: DeviceIndex
+) -> (
+    tuple[
+        list[Slice],
+        dict[int, tuple[Obj, Slice]],
+        _SliceKeys,
+        list[tuple[Slice, Slice]],
+        dict[str, Obj],
+        set[str],
+    ]
+    | None
+):
+    """`previous`'s slices and nodes with the objects the state's device log says were updated
+    since re-read (no pass over every slice and node); None when the log cannot tell, or a
+    change adds, deletes or relists an object, changes a class or a taint rule."""
+    if previous.state_ref is None or previous.state_ref() is not state or previous.slice_keys is None:
+        return None
+    changes = state.device_changes_since(previous.generation)
+    if changes is None or len(changes) > REPLAY_LIMIT:
+        return None
+    if features.device_taint_rules and state.count("DeviceTaintRule"):
+        return None  # rule taints are applied to every slice at parse time
+    changed: dict[tuple[str, Key], None] = {}
+    for kind, key, op in changes:
+        if op != UPDATED or kind not in ("ResourceSlice", "Node"):
+            return None
+        changed[(kind, key)] = None
+    slices = list(previous.slices)
+    parsed_by_raw = dict(previous.parsed_by_raw)
+    nodes = dict(previous.nodes)
+    replaced: list[tuple[Slice, Slice]] = []
+    changed_nodes: set[str] = set()
+    raw_ids = list(previous.slice_keys[1])
+    for kind, key in changed:
+        raw = state.get_by_key(kind, key)
+        if raw is None:
+            return None
+        if kind == "Node":
+            if key[1] not in nodes:
+                return None
+            nodes[key[1]] = raw
+            changed_nodes.add(key[1])
+            continue
+        position = previous.slice_keys[0].get(key)
+        if position is None:
+            return None
+        old = slices[position]
+        # Parsed again even when the spec is the same: a new object is a new Slice, as in the
+        # full pass (tests/index pin that the touched node's rows are evaluated again).
+        try:
+            new = parse_slice(raw)
+        except (KeyError, ValueError, TypeError):
+            return None  # the full pass logs and skips it
+        parsed_by_raw.pop(raw_ids[position], None)
+        replaced.append((old, new))
+        parsed_by_raw[id(raw)] = (raw, new)
+        raw_ids[position] = id(raw)
+        slices[position] = new
+    return slices, parsed_by_raw, (previous.slice_keys[0], raw_ids), replaced, nodes, changed_nodes
 
 
 def _taint_rules(rules: Iterable[Obj]) -> list[tuple[dict[str, Any], Taint]]:
