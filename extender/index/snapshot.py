@@ -217,6 +217,17 @@ class _Carry:
     class_exprs: dict[str, tuple[str, ...]]
     gather: np.ndarray
     fresh: np.ndarray
+    same_rows: bool  # gather is every row itself but `fresh`: a copy does it (`patched`)
+
+    def take(self, old: np.ndarray) -> np.ndarray:
+        """The previous generation's column on this generation's rows; `fresh` rows are left as
+        they were in `old` (same rows) or zero (the caller writes them either way)."""
+        if self.same_rows:
+            return old.copy()
+        out = np.zeros(len(self.gather), dtype=old.dtype)
+        kept = self.gather >= 0
+        out[kept] = old[self.gather[kept]]
+        return out
 
 
 def _node_block(
@@ -559,7 +570,7 @@ class DeviceIndex:
             gather = np.arange(self.num_rows, dtype=np.int64)  # the same rows but the rebuilt nodes'
             for position in self.patched[1].tolist():
                 gather[self.node_start[position] : self.node_start[position + 1]] = -1
-            self._carry_with(previous, gather)
+            self._carry_with(previous, gather, same_rows=True)
             return
         previous_blocks = previous.blocks
         previous_pos = previous.node_pos
@@ -577,9 +588,9 @@ class DeviceIndex:
         carried = kept[self.row_node]
         offset = np.arange(self.num_rows, dtype=np.int64) - self.node_start[:-1][self.row_node]
         gather[carried] = old_first[self.row_node[carried]] + offset[carried]
-        self._carry_with(previous, gather)
+        self._carry_with(previous, gather, same_rows=False)
 
-    def _carry_with(self, previous: DeviceIndex, gather: np.ndarray) -> None:
+    def _carry_with(self, previous: DeviceIndex, gather: np.ndarray, *, same_rows: bool) -> None:
         """Keep `previous`'s masks and codes with the row map `gather` (see `carry_from`)."""
         interned_limit = 4 * max(self.num_rows, previous.num_rows) + 4096
         codes: dict[str, np.ndarray] = {}
@@ -597,6 +608,7 @@ class DeviceIndex:
             },
             gather=gather,
             fresh=np.flatnonzero(gather < 0),
+            same_rows=same_rows,
         )
 
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
@@ -615,11 +627,7 @@ class DeviceIndex:
         carry = self._carry
         old = carry.masks.get(key) if carry is not None else None
         if carry is not None and old is not None and carry.class_exprs.get(class_name) == class_exprs:
-            kept = carry.gather >= 0
-            match = np.zeros(self.num_rows, dtype=bool)
-            error = np.zeros(self.num_rows, dtype=bool)
-            match[kept] = old.match[carry.gather[kept]]
-            error[kept] = old.error[carry.gather[kept]]
+            match, error = carry.take(old.match), carry.take(old.error)
             todo: Iterable[int] = carry.fresh.tolist()
         else:  # a new selector, or the class's selectors changed: evaluate everything
             match = np.zeros(self.num_rows, dtype=bool)
@@ -654,9 +662,7 @@ class DeviceIndex:
         carry = self._carry
         old = carry.codes.get(name) if carry is not None else None
         if carry is not None and old is not None:
-            codes = np.full(self.num_rows, -1, dtype=np.int32)
-            kept = carry.gather >= 0
-            codes[kept] = old[carry.gather[kept]]
+            codes = carry.take(old)
             todo: Iterable[int] = carry.fresh.tolist()
         else:
             codes = np.full(self.num_rows, -1, dtype=np.int32)
