@@ -325,6 +325,15 @@ class NodePools(Sequence[Pool]):
         self.shared = shared
         self.shared_keys = shared_keys
 
+    def with_shared(
+        self, shared: tuple[Pool, ...], shared_keys: tuple[tuple[bool, PoolID], ...]
+    ) -> NodePools:
+        """The same own pools merged into another shared tuple (nothing sorted again)."""
+        pools = NodePools.__new__(NodePools)
+        pools.own, pools.own_keys, pools.hidden = self.own, self.own_keys, self.hidden
+        pools.shared, pools.shared_keys = shared, shared_keys
+        return pools
+
     def __iter__(self) -> Iterator[Pool]:
         own, own_keys, hidden = self.own, self.own_keys, self.hidden
         if not own and not hidden:
@@ -381,6 +390,10 @@ class PoolCatalog:
         self.selected: list[PoolFacts] = []  # pools with slices that need a node-selector match
         self.reused = 0
         self._builds_before = 0  # builds the re-used facts did for earlier catalogs
+        #: Facts built for this catalog, and `previous`'s facts not re-used (changed or gone): the
+        #: nodes they name are the only ones whose pools can differ from `previous`'s.
+        self.fresh: list[PoolFacts] = []
+        self.dropped: list[PoolFacts] = []
         shared: list[Pool] = []
         for pool_id, members in by_pool.items():
             facts = reuse.get(pool_id)
@@ -389,6 +402,7 @@ class PoolCatalog:
                 self._builds_before += facts.builds
             else:
                 facts = PoolFacts(pool_id, members, features)
+                self.fresh.append(facts)
             self.facts[pool_id] = facts
             for name in facts.named:
                 self.named.setdefault(name, []).append(facts)
@@ -398,6 +412,76 @@ class PoolCatalog:
             if view is not None:
                 shared.append(view)
         shared.sort(key=search_key)
+        self._set_shared(shared)
+        # Pool id -> its place in cluster order (first slice), for `replacing` to keep lists in it.
+        self._order = {pool_id: i for i, pool_id in enumerate(by_pool)}
+        if reuse and self.reused != len(reuse):
+            self.dropped = [f for pool_id, f in reuse.items() if self.facts.get(pool_id) is not f]
+
+    @classmethod
+    def replacing(cls, previous: PoolCatalog, replaced: Sequence[tuple[Slice, Slice]]) -> PoolCatalog | None:
+        """`previous` with some slices replaced in place (old, new; same pool, same position in
+        cluster order), the same as a catalog built from the new slice list; None when a
+        replacement moves a slice to another pool. Costs the touched pools, not every pool."""
+        by_pool = dict(previous.by_pool)
+        members: dict[PoolID, list[Slice]] = {}
+        for old, new in replaced:
+            pool_id = old.pool_id
+            if new.pool_id != pool_id or pool_id not in by_pool:
+                return None
+            current = members.get(pool_id)
+            if current is None:
+                current = members[pool_id] = list(by_pool[pool_id])
+            at = next((i for i, s in enumerate(current) if s is old), -1)
+            if at < 0:
+                return None
+            current[at] = new
+        self = cls.__new__(cls)
+        self.features = previous.features
+        self.by_pool = by_pool
+        self.facts = dict(previous.facts)
+        self.named = dict(previous.named)
+        self.fresh, self.dropped = [], []
+        views: dict[int, Pool | None] = {}  # id(old shared view) -> the new one (None: gone)
+        added: list[Pool] = []
+        selected = list(previous.selected)
+        for pool_id, slices in members.items():
+            by_pool[pool_id] = slices
+            old_facts = previous.facts[pool_id]
+            facts = PoolFacts(pool_id, slices, self.features)
+            self.facts[pool_id] = facts
+            self.fresh.append(facts)
+            self.dropped.append(old_facts)
+            for name in {*old_facts.named, *facts.named}:
+                listed = [f for f in self.named.get(name, ()) if f is not old_facts]
+                if name in facts.named:
+                    listed.append(facts)
+                    listed.sort(key=lambda f: previous._order.get(f.id, 0))
+                if listed:
+                    self.named[name] = listed
+                else:
+                    self.named.pop(name, None)
+            if old_facts.selected or facts.selected:
+                selected = [f for f in selected if f is not old_facts]
+                if facts.selected:
+                    selected.append(facts)
+                    selected.sort(key=lambda f: previous._order.get(f.id, 0))
+            old_view, view = old_facts.shared_view(), facts.shared_view()
+            if old_view is not None:
+                views[id(old_view)] = view
+            elif view is not None:
+                added.append(view)
+        self.selected = selected
+        self._order = previous._order
+        self.reused = len(self.facts) - len(self.fresh)
+        self._builds_before = sum(f.builds for f in self.facts.values()) - sum(f.builds for f in self.fresh)
+        shared = [views.get(id(p), p) for p in previous.shared] if views else list(previous.shared)
+        shared = [p for p in shared if p is not None] + added
+        shared.sort(key=search_key)
+        self._set_shared(shared)
+        return self
+
+    def _set_shared(self, shared: list[Pool]) -> None:
         self.shared: tuple[Pool, ...] = tuple(shared)
         self.shared_keys = tuple(search_key(p) for p in self.shared)
         #: Shared pools whose devices every node can use (they give rows), and shared invalid pools.

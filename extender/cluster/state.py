@@ -16,7 +16,9 @@ Two generations are kept because they invalidate different things:
 Claim-side changes are also logged by key (`changed_since`), so a reader can update what it
 derived from them (e.g. the devices held by allocated claims) by the diff instead of a rescan.
 The log is bounded; a reader that fell further behind, or asks across a relist, gets None and
-rescans.
+rescans. Device-side changes are logged the same way by devices generation
+(`device_changes_since`), so the device index can re-read the objects that changed instead of
+every slice and node.
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ class ClusterState:
         self._log: list[tuple[int, str, Key, str]] = []
         self._log_floor = 0  # the log holds every change after this claims generation...
         self._relisted: dict[str, int] = {}  # ...except for kinds relisted (replaced) since
+        # The same for device-side kinds, by devices generation: (generation, kind, key, op).
+        self._device_log: list[tuple[int, str, Key, str]] = []
+        self._device_log_floor = 0
+        self._device_relisted = -1  # devices generation of the last relist of a device kind
 
     @classmethod
     def from_objects(cls, objects: Iterable[Obj]) -> ClusterState:
@@ -91,6 +97,14 @@ class ClusterState:
         """Count a change; a claim-side change of one object (`key`) is logged, a relist is not."""
         if kind in DEVICE_KINDS:
             self.devices_generation += 1
+            if key is None:
+                self._device_relisted = self.devices_generation
+                return
+            self._device_log.append((self.devices_generation, kind, key, op))
+            if len(self._device_log) > CHANGE_LOG_LIMIT:
+                drop = len(self._device_log) // 2
+                self._device_log_floor = self._device_log[drop - 1][0]
+                del self._device_log[:drop]
             return
         self.claims_generation += 1
         if key is None:
@@ -126,6 +140,21 @@ class ClusterState:
             return None
         start = bisect_right(self._log, generation, key=lambda entry: entry[0])
         return [(key, op) for _, changed, key, op in self._log[start:] if changed == kind]
+
+    def device_changes_since(self, generation: int) -> list[tuple[str, Key, str]] | None:
+        """(kind, key, op) of every device-side change after devices generation `generation`, in
+        order; None when the log cannot tell (too far back, a relist since, or a generation this
+        state has not had): the caller must rescan."""
+        if generation < self._device_log_floor or generation > self.devices_generation:
+            return None
+        if self._device_relisted > generation:
+            return None
+        start = bisect_right(self._device_log, generation, key=lambda entry: entry[0])
+        return [(kind, key, op) for _, kind, key, op in self._device_log[start:]]
+
+    def get_by_key(self, kind: str, key: Key) -> Obj | None:
+        """One object by its key (`object_key`), or None."""
+        return self._objects[kind].get(key)
 
     def upsert(self, obj: Obj) -> None:
         """Add or replace one object. The object must carry `kind`; it is stored, not copied."""

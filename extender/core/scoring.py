@@ -376,10 +376,15 @@ _NODE_PARTS: dict[int, tuple[Any, NodePartitions]] = {}
 
 def partitions(index: DeviceIndex) -> Partitions:
     """The index's parent-GPU groups and counter shares (built on first use, once per generation;
-    only the nodes whose block changed since the last generation grouped are grouped again)."""
-    global _NODE_PARTS
+    only the nodes whose block changed since the last generation grouped are grouped again, and
+    an index whose rows are the last one's but some nodes' patches those nodes' ranges)."""
+    global _NODE_PARTS, _LAST_PARTS
     found = _PARTITIONS.get(index)
     if found is None:
+        patched = _patched_partitions(index)
+        if patched is not None:
+            _PARTITIONS[index] = patched
+            return patched
         parts: list[NodePartitions] = []
         cache: dict[int, tuple[Any, NodePartitions]] = {}
         for name in index.node_names:
@@ -392,6 +397,51 @@ def partitions(index: DeviceIndex) -> Partitions:
         _NODE_PARTS = cache
         found = assemble_partitions(parts, index.node_start)
         _PARTITIONS[index] = found
+        group_start = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(part.group_counters) for part in parts], out=group_start[1:])
+        _LAST_PARTS = (index.serial, parts, group_start, found)
+    return found
+
+
+#: (index serial, per node position its NodePartitions, group id start per node, the result) of
+#: the last generation grouped, for `_patched_partitions`.
+_LAST_PARTS: tuple[int, list[NodePartitions], np.ndarray, Partitions] | None = None
+
+
+def _patched_partitions(index: DeviceIndex) -> Partitions | None:
+    """The last generation's groups with the rebuilt nodes' ranges written over, when `index`'s
+    rows are its rows but some nodes' (`DeviceIndex.patched`) and each rebuilt node has the same
+    groups (count and counters per group) as before; None otherwise (group every node)."""
+    global _LAST_PARTS
+    last, patch = _LAST_PARTS, index.patched
+    if last is None or patch is None or patch[0] != last[0]:
+        return None
+    _, parts, group_start, before = last
+    new: list[tuple[int, NodePartitions]] = []
+    for position in patch[1].tolist():
+        name = index.node_names[position]
+        block = index.blocks[name]
+        part = node_partitions(index.topology, block.devices, index.pools[name])
+        old = parts[position]
+        if not np.array_equal(part.group_counters, old.group_counters) or (
+            part.row_cost.shape[1] != old.row_cost.shape[1]
+        ):
+            return None
+        _NODE_PARTS[id(block)] = (block, part)
+        new.append((position, part))
+    row_group = before.row_group.copy()
+    row_cost = before.row_cost.copy()
+    counters_only = before.row_counters_only.copy()
+    parts = list(parts)
+    for position, part in new:
+        lo, hi = int(index.node_start[position]), int(index.node_start[position + 1])
+        offset = int(group_start[position])
+        row_group[lo:hi] = np.where(part.row_group >= 0, part.row_group + offset, -1)
+        row_cost[lo:hi, : part.row_cost.shape[1]] = part.row_cost
+        counters_only[lo:hi] = part.counters_only
+        parts[position] = part
+    found = Partitions(row_group, row_cost, before.group_counters, counters_only)
+    _LAST_PARTS = (index.serial, parts, group_start, found)
     return found
 
 

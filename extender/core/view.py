@@ -69,6 +69,7 @@ class ClusterView:
         self._allocated_key: Generation | None = None
         self._allocated: AllocatedState = AllocatedState()
         self._free: np.ndarray = np.zeros(0, dtype=bool)
+        self._free_serial = -1  # `DeviceIndex.serial` of the index `_free` was made for
         self._ledger = HeldLedger()
 
     def index(self) -> DeviceIndex:
@@ -111,7 +112,26 @@ class ClusterView:
                 aggregated_capacity=collected.aggregated_capacity,
             )
             same_rows = self._allocated_key is not None and self._allocated_key[0] == index.generation
-            if touched is None or not same_rows or len(self._free) != index.num_rows:
+            # A generation whose rows are those `free` was made for but some nodes' (`patched`):
+            # only those nodes' rows are read again, then the claim changes as below.
+            patched = (
+                not same_rows
+                and index.patched is not None
+                and index.patched[0] == self._free_serial
+                and len(self._free) == index.num_rows
+            )
+            if touched is not None and patched and index.patched is not None:
+                free = self._free.copy()
+                held = self._ledger.held
+                starts, row_device = index.node_start, index.row_device
+                for position in index.patched[1].tolist():
+                    for row in range(int(starts[position]), int(starts[position + 1])):
+                        free[row] = row_device[row].id not in held
+                for device_id in touched:
+                    rows = index.rows_of.get(device_id)
+                    if rows is not None:
+                        free[rows] = device_id not in held
+            elif touched is None or not same_rows or len(self._free) != index.num_rows:
                 free = np.ones(index.num_rows, dtype=bool)
                 free[_rows_held(index, self._ledger.held)] = False
             elif touched:
@@ -124,6 +144,7 @@ class ClusterView:
             else:
                 free = self._free
             self._free = free
+            self._free_serial = index.serial
             self._allocated_key = key
         return self._allocated, self._free
 

@@ -35,7 +35,7 @@ from extender.allocator.compatibility import slice_uses_groups
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID, PoolID, Slice
 from extender.allocator.pools import Pool
-from extender.index.snapshot import DeviceIndex, _NodeBlock
+from extender.index.snapshot import DeviceIndex, _NodeBlock, patched_array
 from extender.quantity import Quantity
 
 _INT64_MAX = 2**63 - 1
@@ -190,10 +190,13 @@ class CounterColumns:
     """The counter columns of one DeviceIndex generation (see module docstring)."""
 
     def __init__(self, index: DeviceIndex, cache: dict[int, tuple[_NodeBlock, _BlockCounters]]) -> None:
+        self.serial = index.serial
         parts: list[_BlockCounters] = []
         self._cache: dict[int, tuple[_NodeBlock, _BlockCounters]] = {}
+        self._blocks: list[_NodeBlock] = []  # per node position, the block of `_parts`
         for name in index.node_names:
             block = index.blocks[name]
+            self._blocks.append(block)
             hit = cache.get(id(block))
             if hit is None or hit[0] is not block:
                 hit = (block, _block_counters(block, index.features))
@@ -246,8 +249,107 @@ class CounterColumns:
         )
         self.row_consumes = np.diff(self.row_ptr) > 0
         self.counter_start = counter_start
+        self.nnz_start = nnz_start
+        self.local_start = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(local, out=self.local_start[1:])
+        self.has_foreign = any(p.foreign for p in parts)
         self._parts = parts
         self._available: tuple[np.ndarray, np.ndarray] | None = None
+
+    @classmethod
+    def patched(cls, index: DeviceIndex, previous: CounterColumns) -> CounterColumns | None:
+        """`previous`'s columns with the nodes `index` rebuilt written over theirs, or None.
+
+        For an index whose rows are the previous generation's but for some nodes'
+        (`DeviceIndex.patched`): each rebuilt node's columns are computed and copied into its
+        ranges, when they have as many counters, entries and consumers as before and no node
+        has consumers outside its rows (`foreign`, read through the row map); no Python runs
+        per node that did not change. None: build the columns from the blocks.
+        """
+        patch = index.patched
+        if patch is None or patch[0] != previous.serial or previous.has_foreign:
+            return None
+        _, rebuilt, touched, incomplete_same = patch
+        parts = list(previous._parts)
+        blocks = list(previous._blocks)
+        cache = dict(previous._cache)
+        new: list[tuple[int, _BlockCounters]] = []
+        for position in rebuilt.tolist():
+            block = index.blocks[index.node_names[position]]
+            part = _block_counters(block, index.features)
+            old = parts[position]
+            if (
+                part.foreign
+                or len(part.capacity) != len(old.capacity)
+                or len(part.row_counter) != len(old.row_counter)
+                or len(part.local_consumer_row) != len(old.local_consumer_row)
+                or len(part.row_ptr) != len(old.row_ptr)
+            ):
+                return None
+            cache.pop(id(blocks[position]), None)
+            cache[id(block)] = (block, part)
+            parts[position] = part
+            blocks[position] = block
+            new.append((position, part))
+        self = cls.__new__(cls)
+        self.serial = index.serial
+        self.counter_start, self.nnz_start, self.local_start = (
+            previous.counter_start,
+            previous.nnz_start,
+            previous.local_start,
+        )
+        self.counter_node = previous.counter_node
+        node_start = index.node_start
+        spans = []
+        for position, part in new:
+            spans.append(
+                (
+                    part,
+                    (int(previous.counter_start[position]), int(previous.counter_start[position + 1])),
+                    (int(previous.nnz_start[position]), int(previous.nnz_start[position + 1])),
+                    (int(previous.local_start[position]), int(previous.local_start[position + 1])),
+                    (int(node_start[position]), int(node_start[position + 1])),
+                    position,
+                )
+            )
+        self.capacity = patched_array(previous.capacity, [(*c, p.capacity) for p, c, *_ in spans])
+        self.row_counter = patched_array(
+            previous.row_counter, [(*n, p.row_counter + c[0]) for p, c, n, *_ in spans]
+        )
+        self.row_amount = patched_array(previous.row_amount, [(*n, p.row_amount) for p, c, n, *_ in spans])
+        self.row_ptr = patched_array(
+            previous.row_ptr, [(r[0] + 1, r[1] + 1, p.row_ptr[1:] + n[0]) for p, c, n, _, r, _ in spans]
+        )
+        self.consumer_row = patched_array(
+            previous.consumer_row, [(*k, p.local_consumer_row + r[0]) for p, _, _, k, r, _ in spans]
+        )
+        self.consumer_counter = patched_array(
+            previous.consumer_counter, [(*k, p.local_consumer_counter + c[0]) for p, c, _, k, _, _ in spans]
+        )
+        self.consumer_amount = patched_array(
+            previous.consumer_amount, [(*k, p.local_consumer_amount) for p, _, _, k, _, _ in spans]
+        )
+        self.uncertain = patched_array(previous.uncertain, [(q, q + 1, [p.uncertain]) for p, *_, q in spans])
+        self.other_special = patched_array(
+            previous.other_special, [(*r, p.other_special) for p, _, _, _, r, _ in spans]
+        )
+        self.row_consumes = patched_array(
+            previous.row_consumes, [(*r, np.diff(p.row_ptr) > 0) for p, _, _, _, r, _ in spans]
+        )
+        if incomplete_same:  # only the touched nodes' pools can differ in incompleteness
+            flags = _incomplete_nodes(index, touched)
+            self.incomplete = patched_array(
+                previous.incomplete,
+                [(q, q + 1, [f]) for q, f in zip(touched.tolist(), flags.tolist(), strict=True)],
+            )
+        else:
+            self.incomplete = _incomplete_nodes(index)
+        self.has_foreign = False
+        self._parts = parts
+        self._blocks = blocks
+        self._cache = cache
+        self._available = None
+        return self
 
     def counter_names(self, position: int) -> tuple[tuple[PoolID, str, str], ...]:
         """(pool id, counter set, counter) of the node's counters, ids counter_start[position]:..."""
@@ -282,7 +384,9 @@ def counter_columns(index: DeviceIndex) -> CounterColumns:
     global _last, _last_index
     if _last is not None and _last_index is not None and _last_index() is index:
         return _last
-    columns = CounterColumns(index, _last._cache if _last is not None else {})
+    columns = CounterColumns.patched(index, _last) if _last is not None else None
+    if columns is None:
+        columns = CounterColumns(index, _last._cache if _last is not None else {})
     _last, _last_index = columns, weakref.ref(index)
     return columns
 
@@ -292,16 +396,19 @@ def to_fraction(amount: int) -> Fraction:
     return Fraction(amount, _UNIT)
 
 
-def _incomplete_nodes(index: DeviceIndex) -> np.ndarray:
-    """bool per node: some pool the node sees is incomplete (`All` requests fail there).
+def _incomplete_nodes(index: DeviceIndex, positions: np.ndarray | None = None) -> np.ndarray:
+    """bool per node (or per one of `positions`): some pool the node sees is incomplete (`All`
+    requests fail there).
 
     Read from `index.pools` (the node's own pools and the cluster's shared markers), not from
     the node's block: an incomplete pool gives the node no rows, so its block does not hold it.
     The shared tuple is scanned once for all nodes.
     """
-    out = np.zeros(len(index.node_names), dtype=bool)
+    wanted = range(len(index.node_names)) if positions is None else positions.tolist()
+    out = np.zeros(len(wanted), dtype=bool)
     shared_flags: dict[int, tuple[bool, frozenset[PoolID]]] = {}
-    for position, name in enumerate(index.node_names):
+    for out_position, position in enumerate(wanted):
+        name = index.node_names[position]
         pools = index.pools.get(name)
         if pools is None:
             continue
@@ -311,5 +418,7 @@ def _incomplete_nodes(index: DeviceIndex) -> np.ndarray:
             cached = (False, frozenset(p.id for p in shared if p.incomplete))
             shared_flags[id(shared)] = cached
         incomplete_shared = cached[1]
-        out[position] = any(p.incomplete for p in pools.own) or bool(incomplete_shared - set(pools.hidden))
+        out[out_position] = any(p.incomplete for p in pools.own) or bool(
+            incomplete_shared - set(pools.hidden)
+        )
     return out

@@ -8,7 +8,15 @@ unchanged keeps its facts and Pool objects, and each node is given only the pool
 touch plus one shared tuple of the pools every node sees alike (e.g. other nodes' counter-only
 pool markers). A node's block (its rows) is re-used while the node object and the pools that give
 it devices are the same objects, so a change to one node-local slice, counter slice included,
-re-parses that slice and rebuilds that node's block only; the rest is array concatenation.
+re-parses that slice and rebuilds that node's block only.
+
+A change costs what changed (issue 21 item 2): when the state's device change log says only
+slices and nodes were updated, `_replay` re-reads just those objects and `PoolCatalog.replacing`
+re-does just their pools; only the nodes those pools name are gathered again; when each rebuilt
+block keeps its row count, the row columns are the previous generation's with those rows written
+over (`patched`), and everything derived per row (masks, attribute codes, counter columns,
+parent-GPU groups, the free mask) copies the previous generation's rows and re-derives the
+rebuilt nodes' only. Otherwise the columns are concatenated from the blocks.
 
 Rows: one row per (node, device the node can use), in the allocator's search order for that
 node (pools by driver/pool name, slices by name, devices as listed). A network-attached device
@@ -27,10 +35,11 @@ their pairwise distances at `link_distance[link_offset[n]:]` (rows x rows, NaN w
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, count
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -41,7 +50,7 @@ from extender.allocator.model import Device, DeviceID, PoolID, Slice, Taint, par
 from extender.allocator.nodeselection import node_matches
 from extender.allocator.pools import NodePools, Pool, PoolCatalog, search_key
 from extender.allocator.taints import BLOCKING_EFFECTS
-from extender.cluster.state import ClusterState
+from extender.cluster.state import UPDATED, ClusterState, Key, object_key
 from extender.index.selecting import CachingEvaluator
 from extender.index.topology import NODE_LEVEL, TopologyModel
 from extender.lru import SizedLRU
@@ -50,6 +59,20 @@ from extender.objects import Obj
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+#: Numbers every DeviceIndex built in this process (generations repeat across cluster states).
+_SERIAL = count()
+
+
+def patched_array(old: np.ndarray, writes: Sequence[tuple[int, int, Any]]) -> np.ndarray:
+    """`old` with `[start:stop] = values` for each write, as a new array; `old` itself when
+    every write would leave it as it is (a change that re-publishes the same content copies
+    nothing). Arrays are never changed in place: readers of an older generation keep theirs."""
+    if all(np.array_equal(old[start:stop], values) for start, stop, values in writes):
+        return old
+    new = old.copy()
+    for start, stop, values in writes:
+        new[start:stop] = values
+    return new
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +84,9 @@ class SelectorMask:
 
 
 MaskKey = tuple[str, tuple[str, ...]]
+#: At most this many device-side changes are replayed onto the previous index (`_replay`); more
+#: and the index is built by the full pass (which re-uses unchanged slices and blocks anyway).
+REPLAY_LIMIT = 256
 #: Bytes of selector masks one index keeps (LRU): one per distinct (class, selectors) pair seen,
 #: each 2 bytes per row, so a stream of distinct selectors cannot grow the index without bound
 #: (issue 22 item 3). At 40,000 rows a mask is 80 KB: about 800 masks. An evicted mask is
@@ -97,6 +123,23 @@ class RowsOf(Mapping[DeviceID, np.ndarray]):
                 if device_id in repeated:
                     rows[device_id].append(row)
             self._multi = {device_id: np.asarray(r, dtype=np.int64) for device_id, r in rows.items()}
+
+    @classmethod
+    def from_rows(cls, rows: dict[DeviceID, int]) -> RowsOf:
+        """The map of devices that are on one row each (`rows` is kept, not copied)."""
+        made = cls.__new__(cls)
+        made._row, made._multi = rows, {}
+        return made
+
+    @property
+    def row_map(self) -> Mapping[DeviceID, int]:
+        """Device id -> row, for devices on one row (read-only use)."""
+        return self._row
+
+    @property
+    def multi(self) -> bool:
+        """Whether some device is on several rows."""
+        return bool(self._multi)
 
     def __getitem__(self, device_id: DeviceID) -> np.ndarray:
         multi = self._multi.get(device_id)
@@ -161,6 +204,32 @@ class _NodeBlock:
     links: np.ndarray | None  # pairwise distances from the node's link annotation
 
 
+@dataclass(frozen=True, slots=True)
+class _Carry:
+    """The previous generation's derived arrays, and where its rows went (`carry_from`).
+
+    `gather[row]` is the previous generation's row for a row of a re-used block, -1 for a row of
+    a rebuilt block; `fresh` lists the latter (the only rows evaluated again).
+    """
+
+    masks: dict[MaskKey, SelectorMask]
+    codes: dict[str, np.ndarray]
+    class_exprs: dict[str, tuple[str, ...]]
+    gather: np.ndarray
+    fresh: np.ndarray
+    same_rows: bool  # gather is every row itself but `fresh`: a copy does it (`patched`)
+
+    def take(self, old: np.ndarray) -> np.ndarray:
+        """The previous generation's column on this generation's rows; `fresh` rows are left as
+        they were in `old` (same rows) or zero (the caller writes them either way)."""
+        if self.same_rows:
+            return old.copy()
+        out = np.zeros(len(self.gather), dtype=old.dtype)
+        kept = self.gather >= 0
+        out[kept] = old[self.gather[kept]]
+        return out
+
+
 def _node_block(
     key: tuple[Any, ...], node: Obj, pools: list[Pool], features: Features, topology: TopologyModel
 ) -> _NodeBlock:
@@ -211,6 +280,18 @@ def _pools_with_devices(pools: NodePools, catalog: PoolCatalog) -> list[Pool]:
 class DeviceIndex:
     """One immutable generation of the device index (see module docstring)."""
 
+    # The row columns (`_build_rows` or `_patch_rows`; see the module docstring).
+    row_node: np.ndarray
+    row_device: list[Device]
+    row_special: np.ndarray
+    row_tainted: np.ndarray
+    row_coords: np.ndarray
+    node_start: np.ndarray
+    link_offset: np.ndarray
+    link_distance: np.ndarray
+    rows_of: RowsOf
+    node_has_invalid_pool: np.ndarray
+
     def __init__(
         self,
         *,
@@ -223,8 +304,17 @@ class DeviceIndex:
         topology: TopologyModel,
         previous_blocks: dict[str, _NodeBlock] | None = None,
         previous_catalog: PoolCatalog | None = None,
+        previous: DeviceIndex | None = None,
+        replaced: list[tuple[Slice, Slice]] | None = None,
+        changed_nodes: set[str] | None = None,
     ) -> None:
         self.generation = generation
+        self.serial = next(_SERIAL)
+        #: Set when the rows are `previous`'s with some nodes' rows written over (`_patch_rows`):
+        #: (previous serial, positions of the rebuilt nodes, positions of the nodes whose pools
+        #: were gathered again); derived columns patch those nodes instead of all (`counters`).
+        #: The fourth item says whether the cluster's shared pools are the very same objects.
+        self.patched: tuple[int, np.ndarray, np.ndarray, bool] | None = None
         self.topology = topology
         self.features = features
         self.nodes = nodes
@@ -233,50 +323,204 @@ class DeviceIndex:
         self.slices = slices
         self.classes = classes
         self.evaluator = evaluator
-        self.catalog = PoolCatalog(slices, features, previous_catalog)
+        catalog = None
+        if replaced is not None and previous_catalog is not None and previous_catalog.features == features:
+            catalog = PoolCatalog.replacing(previous_catalog, replaced)
+        self.catalog = catalog if catalog is not None else PoolCatalog(slices, features, previous_catalog)
         self.by_pool: dict[PoolID, list[Slice]] = self.catalog.by_pool
         reuse = previous_blocks or {}
         self.blocks: dict[str, _NodeBlock] = {}
         self.pools: dict[str, NodePools] = {}
         self.rebuilt: list[str] = []  # nodes whose block this snapshot built (not re-used)
-        invalid: list[bool] = []
-        shared_invalid = self.catalog.shared_invalid
-        for name, node in nodes.items():
-            pools = self.catalog.pools_for(name, node)
-            self.pools[name] = pools
-            with_devices = _pools_with_devices(pools, self.catalog)
-            # A node's rows depend on its node object and the pools that give it devices; Pool
-            # objects are memoised per pool, so an unchanged pool is the very same object.
-            key = (id(node), tuple(id(p) for p in with_devices))
-            block = reuse.get(name)
-            if block is None or block.key != key:
-                block = _node_block(key, node, with_devices, features, topology)
-                self.rebuilt.append(name)
-            self.blocks[name] = block
-            invalid.append(
-                any(p.invalid for p in pools.own) or any(i not in pools.hidden for i in shared_invalid)
-            )
-        self.node_has_invalid_pool = np.array(invalid, dtype=bool)
-        self._build_rows()
+        touched = self._touched_nodes(previous, previous_blocks, changed_nodes)
+        if previous is not None and touched is not None:
+            self._update_nodes(previous, touched)
+        else:
+            self._gather_nodes(reuse)
         self._masks: SizedLRU[MaskKey, SelectorMask] = SizedLRU(max_entries=2**20, max_bytes=MASK_CACHE_BYTES)
-        # The previous generation's masks, row ranges of re-used blocks, class selectors and blocks
-        # (`carry_masks_from`); None for an index built from nothing.
-        self._carry: (
-            tuple[
-                dict[tuple[str, tuple[str, ...]], SelectorMask],
-                dict[int, tuple[int, int]],
-                dict[str, tuple[str, ...]],
-                dict[str, _NodeBlock],
-            ]
-            | None
-        ) = None
+        # What the previous generation derived, for the rows of re-used blocks (`carry_from`);
+        # None for an index built from nothing.
+        self._carry: _Carry | None = None
         self._attribute_codes: SizedLRU[str, np.ndarray] = SizedLRU(
             max_entries=2**20, max_bytes=ATTRIBUTE_CODES_BYTES
         )
-        # id(raw ResourceSlice) -> parsed Slice; lets the next build skip unchanged slices.
-        self.parsed_by_raw: dict[int, Slice] = {}
+        # (kind, value) -> code, shared with the next generation so that carried codes keep
+        # their meaning; codes come from one counter so two threads never hand out the same one.
+        self._interned: dict[tuple[str, Any], int] = {}
+        self._next_code: Iterator[int] = count()
+        # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
+        self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
+        # id(raw ResourceSlice) -> (raw, parsed Slice); lets the next build skip unchanged slices
+        # (the raw object is held, so no other object can have its id meanwhile).
+        self.parsed_by_raw: dict[int, tuple[Obj, Slice]] = {}
+        # Where each slice came from (`_parse_slices`) and from which state, for `_replay`.
+        self.slice_keys: _SliceKeys | None = None
+        self.state_ref: weakref.ref[ClusterState] | None = None
+
+    # ----------------------------------------------------------------- nodes
+    def _node(self, name: str, node: Obj, reuse: Mapping[str, _NodeBlock]) -> bool:
+        """Gather one node's pools and block (re-used while its key holds); its invalid-pool flag."""
+        pools = self.catalog.pools_for(name, node)
+        self.pools[name] = pools
+        with_devices = _pools_with_devices(pools, self.catalog)
+        # A node's rows depend on its node object and the pools that give it devices; Pool
+        # objects are memoised per pool, so an unchanged pool is the very same object.
+        key = (id(node), tuple(id(p) for p in with_devices))
+        block = reuse.get(name)
+        if block is None or block.key != key:
+            block = _node_block(key, node, with_devices, self.features, self.topology)
+            self.rebuilt.append(name)
+        self.blocks[name] = block
+        return any(p.invalid for p in pools.own) or any(
+            i not in pools.hidden for i in self.catalog.shared_invalid
+        )
+
+    def _gather_nodes(self, reuse: Mapping[str, _NodeBlock]) -> None:
+        """Every node's pools and block, and the rows from them."""
+        invalid = [self._node(name, node, reuse) for name, node in self.nodes.items()]
+        self.node_has_invalid_pool = np.array(invalid, dtype=bool)
+        self._build_rows()
+
+    def _touched_nodes(
+        self,
+        previous: DeviceIndex | None,
+        previous_blocks: dict[str, _NodeBlock] | None,
+        changed_nodes: set[str] | None,
+    ) -> set[str] | None:
+        """The nodes whose pools can differ from `previous`'s, or None to gather every node.
+
+        A node's pools depend on its node object, the pools naming it, the pools selected by
+        node selectors and the shared tuple. When the node list, the selected pools, the shared
+        pools that give devices and the shared invalid pools are what `previous` had, only the
+        nodes named by changed pools (`PoolCatalog.fresh`/`dropped`) and nodes whose object
+        changed can differ; every other node keeps its pools and block.
+        """
+        if previous is None or previous_blocks is not previous.blocks or previous.features != self.features:
+            return None
+        catalog, before = self.catalog, previous.catalog
+        if self.node_names != previous.node_names or catalog.reused == 0:
+            return None
+        if len(catalog.selected) != len(before.selected) or any(
+            a is not b for a, b in zip(catalog.selected, before.selected, strict=True)
+        ):
+            return None
+        if catalog.shared_invalid != before.shared_invalid or len(catalog.shared_with_devices) != len(
+            before.shared_with_devices
+        ):
+            return None
+        if any(
+            a is not b for a, b in zip(catalog.shared_with_devices, before.shared_with_devices, strict=True)
+        ):
+            return None
+        touched: set[str] = set()
+        for facts in chain(catalog.fresh, catalog.dropped):
+            touched.update(facts.named)
+        old_nodes = previous.nodes
+        if changed_nodes is not None:  # the nodes the state's change log names (`_replay`)
+            touched.update(changed_nodes)
+        else:
+            touched.update(name for name, node in self.nodes.items() if old_nodes.get(name) is not node)
+        touched.intersection_update(self.nodes)
+        if len(touched) * 4 > len(self.nodes):
+            return None  # most nodes changed: the full pass is as cheap
+        return touched
+
+    def _update_nodes(self, previous: DeviceIndex, touched: set[str]) -> None:
+        """`previous`'s pools and blocks, with the touched nodes gathered again (`_touched_nodes`)."""
+        catalog = self.catalog
+        shared_same = catalog.shared is previous.catalog.shared or (
+            len(catalog.shared) == len(previous.catalog.shared)
+            and all(a is b for a, b in zip(catalog.shared, previous.catalog.shared, strict=True))
+        )
+        incomplete_same = shared_same or {p.id for p in catalog.shared if p.incomplete} == {
+            p.id for p in previous.catalog.shared if p.incomplete
+        }
+        if shared_same:
+            self.pools = dict(previous.pools)
+        else:  # only markers without devices changed: same own pools, the new shared tuple
+            shared, keys = catalog.shared, catalog.shared_keys
+            self.pools = {name: pools.with_shared(shared, keys) for name, pools in previous.pools.items()}
+        self.blocks = dict(previous.blocks)
+        invalid = previous.node_has_invalid_pool.copy()
+        for name in touched:
+            invalid[self.node_pos[name]] = self._node(name, self.nodes[name], previous.blocks)
+        self.node_has_invalid_pool = invalid
+        rebuilt = sorted(self.node_pos[name] for name in self.rebuilt)
+        if self._patch_rows(previous, rebuilt):
+            positions = np.fromiter(
+                (self.node_pos[name] for name in touched), dtype=np.int64, count=len(touched)
+            )
+            self.patched = (
+                previous.serial,
+                np.asarray(rebuilt, dtype=np.int64),
+                np.sort(positions),
+                incomplete_same,
+            )
+        else:
+            self._build_rows()
 
     # ----------------------------------------------------------------- rows
+    def _patch_rows(self, previous: DeviceIndex, rebuilt: list[int]) -> bool:
+        """`previous`'s row columns with the rebuilt nodes' rows written over theirs.
+
+        Only when every rebuilt block has as many rows (and link entries) as the block it
+        replaces and, unless its device ids are the same, no device of either is on several rows;
+        False otherwise (`_build_rows`).
+        The arrays are copied (C speed), never changed in place: readers of `previous` keep theirs.
+        """
+        old_blocks = [previous.blocks[previous.node_names[p]] for p in rebuilt]
+        new_blocks = [self.blocks[self.node_names[p]] for p in rebuilt]
+        rows_of = previous.rows_of
+        for old, new in zip(old_blocks, new_blocks, strict=True):
+            if len(old.devices) != len(new.devices):
+                return False
+            if (old.links is None) != (new.links is None) or (
+                old.links is not None and new.links is not None and old.links.size != new.links.size
+            ):
+                return False
+        # Mostly a change re-publishes the same devices: the same ids on the same rows keep the
+        # row map as it is (it is never changed in place).
+        same_ids = all(
+            [d.id for d in old.devices] == [d.id for d in new.devices]
+            for old, new in zip(old_blocks, new_blocks, strict=True)
+        )
+        row_ids: dict[DeviceID, int] = {}
+        if not same_ids:
+            if rows_of.multi:
+                return False
+            row_ids = dict(rows_of.row_map)
+            for old in old_blocks:
+                for device in old.devices:
+                    row_ids.pop(device.id, None)
+        self.row_node = previous.row_node
+        self.node_start = previous.node_start
+        self.link_offset = previous.link_offset
+        self.row_device = list(previous.row_device)
+        spans = [
+            (int(self.node_start[position]), int(self.node_start[position + 1]), block)
+            for position, block in zip(rebuilt, new_blocks, strict=True)
+        ]
+        self.row_special = patched_array(previous.row_special, [(a, b, k.special) for a, b, k in spans])
+        self.row_tainted = patched_array(previous.row_tainted, [(a, b, k.tainted) for a, b, k in spans])
+        self.row_coords = patched_array(previous.row_coords, [(a, b, k.coords) for a, b, k in spans])
+        self.link_distance = patched_array(
+            previous.link_distance,
+            [
+                (offset, offset + block.links.size, block.links.ravel())
+                for position, block in zip(rebuilt, new_blocks, strict=True)
+                if block.links is not None and (offset := int(self.link_offset[position])) >= 0
+            ],
+        )
+        for start, stop, block in spans:
+            self.row_device[start:stop] = block.devices
+            if same_ids:
+                continue
+            for row, device in enumerate(block.devices, start):
+                if row_ids.setdefault(device.id, row) != row:
+                    return False  # now on several rows: the full build finds them all
+        self.rows_of = rows_of if same_ids else RowsOf.from_rows(row_ids)
+        return True
+
     def _build_rows(self) -> None:
         blocks = [self.blocks[name] for name in self.node_names]
         sizes = [len(block.devices) for block in blocks]
@@ -312,24 +556,59 @@ class DeviceIndex:
         return len(self.row_device)
 
     # ----------------------------------------------------------------- masks
-    def carry_masks_from(self, previous: DeviceIndex) -> None:
-        """Let `mask` copy the previous generation's rows for the nodes whose block it re-uses.
+    def carry_from(self, previous: DeviceIndex) -> None:
+        """Let masks and attribute codes copy the previous generation's rows of re-used blocks.
 
         A node block is re-used only while the node, its slices and their pools are unchanged, so
-        its rows (same Device objects, same order) select alike under the same class selectors;
-        only the rows of rebuilt nodes are evaluated again. Only the previous generation's masks
-        and row ranges are kept (not the previous index), so generations do not chain.
+        its rows (same Device objects, same order) select alike under the same class selectors and
+        have the same attribute values; only the rows of rebuilt nodes are evaluated again. The
+        copy is one gather over all rows (`_Carry.gather`), no Python per node or device. Only
+        the previous generation's derived arrays are kept (not the previous index), so
+        generations do not chain.
         """
-        ranges: dict[int, tuple[int, int]] = {}
-        for position, name in enumerate(previous.node_names):
-            block = previous.blocks[name]
-            ranges[id(block)] = (int(previous.node_start[position]), int(previous.node_start[position + 1]))
-        keep = {id(block) for block in self.blocks.values()}
-        self._carry = (
-            dict(previous._masks.items()),
-            {block_id: span for block_id, span in ranges.items() if block_id in keep},
-            {name: tuple(s.expression or "" for s in c.selectors) for name, c in previous.classes.items()},
-            previous.blocks,  # keeps the block objects alive, so their ids above stay theirs
+        if self.patched is not None and self.patched[0] == previous.serial:
+            gather = np.arange(self.num_rows, dtype=np.int64)  # the same rows but the rebuilt nodes'
+            for position in self.patched[1].tolist():
+                gather[self.node_start[position] : self.node_start[position + 1]] = -1
+            self._carry_with(previous, gather, same_rows=True)
+            return
+        previous_blocks = previous.blocks
+        previous_pos = previous.node_pos
+        old_pos = np.fromiter(
+            (
+                previous_pos[name] if previous_blocks.get(name) is block else -1
+                for name, block in self.blocks.items()  # in node_names order
+            ),
+            dtype=np.int64,
+            count=len(self.blocks),
+        )
+        kept = old_pos >= 0
+        old_first = np.where(kept, previous.node_start[:-1][np.where(kept, old_pos, 0)], -1)
+        gather = np.full(self.num_rows, -1, dtype=np.int64)
+        carried = kept[self.row_node]
+        offset = np.arange(self.num_rows, dtype=np.int64) - self.node_start[:-1][self.row_node]
+        gather[carried] = old_first[self.row_node[carried]] + offset[carried]
+        self._carry_with(previous, gather, same_rows=False)
+
+    def _carry_with(self, previous: DeviceIndex, gather: np.ndarray, *, same_rows: bool) -> None:
+        """Keep `previous`'s masks and codes with the row map `gather` (see `carry_from`)."""
+        interned_limit = 4 * max(self.num_rows, previous.num_rows) + 4096
+        codes: dict[str, np.ndarray] = {}
+        if len(previous._interned) <= interned_limit:
+            # Codes of values no longer present stay interned until the table outgrows the
+            # rows; past that, a fresh table (and codes built from nothing) bounds it.
+            self._interned = previous._interned
+            self._next_code = previous._next_code
+            codes = dict(previous._attribute_codes.items())
+        self._carry = _Carry(
+            masks=dict(previous._masks.items()),
+            codes=codes,
+            class_exprs={
+                name: tuple(s.expression or "" for s in c.selectors) for name, c in previous.classes.items()
+            },
+            gather=gather,
+            fresh=np.flatnonzero(gather < 0),
+            same_rows=same_rows,
         )
 
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
@@ -345,49 +624,26 @@ class DeviceIndex:
             return cached
         device_class = self.classes[class_name]
         class_exprs = tuple(s.expression or "" for s in device_class.selectors)
-        carried = self._carried_mask(key, class_name, class_exprs)
-        if carried is not None:
-            match, error, todo = carried
-        else:
+        carry = self._carry
+        old = carry.masks.get(key) if carry is not None else None
+        if carry is not None and old is not None and carry.class_exprs.get(class_name) == class_exprs:
+            match, error = carry.take(old.match), carry.take(old.error)
+            todo: Iterable[int] = carry.fresh.tolist()
+        else:  # a new selector, or the class's selectors changed: evaluate everything
             match = np.zeros(self.num_rows, dtype=bool)
             error = np.zeros(self.num_rows, dtype=bool)
-            todo = [(0, self.num_rows)]
+            todo = range(self.num_rows)
         verdicts: dict[int, tuple[bool, bool]] = {}
-        for start, stop in todo:
-            for row in range(start, stop):
-                device = self.row_device[row]
-                verdict = verdicts.get(id(device))
-                if verdict is None:
-                    verdict = self._evaluate(class_exprs, selectors, device)
-                    verdicts[id(device)] = verdict
-                match[row], error[row] = verdict
+        for row in todo:
+            device = self.row_device[row]
+            verdict = verdicts.get(id(device))
+            if verdict is None:
+                verdict = self._evaluate(class_exprs, selectors, device)
+                verdicts[id(device)] = verdict
+            match[row], error[row] = verdict
         result = SelectorMask(match=match, error=error)
         self._masks.put(key, result, _mask_size(key, result))
         return result
-
-    def _carried_mask(
-        self, key: tuple[str, tuple[str, ...]], class_name: str, class_exprs: tuple[str, ...]
-    ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]] | None:
-        """(match, error, row ranges still to evaluate) from the previous generation, or None."""
-        carry = self._carry
-        if carry is None:
-            return None
-        masks, spans, classes, _ = carry
-        old = masks.get(key)
-        if old is None or classes.get(class_name) != class_exprs:
-            return None  # a new selector, or the class's selectors changed: evaluate everything
-        match = np.zeros(self.num_rows, dtype=bool)
-        error = np.zeros(self.num_rows, dtype=bool)
-        todo: list[tuple[int, int]] = []
-        for position, name in enumerate(self.node_names):
-            start, stop = int(self.node_start[position]), int(self.node_start[position + 1])
-            span = spans.get(id(self.blocks[name]))
-            if span is not None and span[1] - span[0] == stop - start:
-                match[start:stop] = old.match[span[0] : span[1]]
-                error[start:stop] = old.error[span[0] : span[1]]
-            elif stop > start:
-                todo.append((start, stop))
-        return match, error, todo
 
     def attribute_codes(self, name: str) -> np.ndarray:
         """Per row, an interned code of the device's attribute `name` (cached per generation).
@@ -395,16 +651,27 @@ class DeviceIndex:
         -1: the device lacks the attribute (or its type is unknown); -2: a list value, which the
         topology kernels do not model (such pods keep upstream's search for their device choice).
         Equal codes mean equal typed values, as matchAttribute/distinctAttribute compare them.
+        Rows of nodes unchanged since the previous generation are copied from its codes (the
+        intern table is shared, so a carried code means the same value).
         """
         cached = self._attribute_codes.get(name)
         if cached is not None:
             return cached
         from extender.allocator.constraints import lookup_attribute
 
-        codes = np.full(self.num_rows, -1, dtype=np.int32)
-        interned: dict[tuple[str, Any], int] = {}
+        carry = self._carry
+        old = carry.codes.get(name) if carry is not None else None
+        if carry is not None and old is not None:
+            codes = carry.take(old)
+            todo: Iterable[int] = carry.fresh.tolist()
+        else:
+            codes = np.full(self.num_rows, -1, dtype=np.int32)
+            todo = range(self.num_rows)
+        interned, next_code = self._interned, self._next_code
         by_device: dict[int, int] = {}
-        for row, device in enumerate(self.row_device):
+        row_device = self.row_device
+        for row in todo:
+            device = row_device[row]
             code = by_device.get(id(device))
             if code is None:
                 code = -1
@@ -415,7 +682,10 @@ class DeviceIndex:
                     else:
                         for kind in ("int", "bool", "string", "version"):
                             if value.get(kind) is not None:
-                                code = interned.setdefault((kind, value[kind]), len(interned))
+                                typed = (kind, value[kind])
+                                code = interned.get(typed)
+                                if code is None:
+                                    code = interned.setdefault(typed, next(next_code))
                                 break
                 by_device[id(device)] = code
             codes[row] = code
@@ -445,27 +715,35 @@ def build_index(
     topology: TopologyModel | None = None,
 ) -> DeviceIndex:
     """Build a snapshot from the state, re-using parsed slices of `previous` that did not change."""
-    reuse: dict[int, Slice] = {}
-    if previous is not None:
-        reuse = previous.parsed_by_raw
-    rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
-    parsed_by_raw: dict[int, Slice] = {}
-    slices: list[Slice] = []
-    for raw in state.iter("ResourceSlice"):
-        slice_ = reuse.get(id(raw)) if not rule_taints else None
-        if slice_ is None:
-            try:
-                slice_ = parse_slice(raw)
-            except (KeyError, ValueError, TypeError) as exc:
-                name = (raw.get("metadata") or {}).get("name", "?")
-                log.warning("skipping ResourceSlice %s: %s", name, exc)
-                continue
-            if rule_taints:
-                slice_ = _with_rule_taints(slice_, rule_taints)
-        parsed_by_raw[id(raw)] = slice_
-        slices.append(slice_)
-    nodes = {(n.get("metadata") or {}).get("name", ""): n for n in state.iter("Node")}
-    classes = {c["metadata"]["name"]: parse_device_class(c) for c in state.iter("DeviceClass")}
+    replay = _replay(state, features, previous) if previous is not None else None
+    changed_nodes: set[str] | None = None
+    slice_keys: _SliceKeys | None
+    replaced: list[tuple[Slice, Slice]] | None
+    if replay is not None:
+        slices, parsed_by_raw, slice_keys, replaced, nodes, changed_nodes = replay
+    else:
+        slices, parsed_by_raw, slice_keys = _parse_slices(state, features, previous)
+        # Slices replaced in place (same count, the others the very same objects): the pool
+        # catalog then re-does only their pools (`PoolCatalog.replacing`).
+        replaced = None
+        if previous is not None and len(previous.slices) == len(slices):
+            replaced = [
+                (old, new) for old, new in zip(previous.slices, slices, strict=True) if old is not new
+            ]
+            if len(replaced) * 4 > len(slices):
+                replaced = None
+        nodes = {(n.get("metadata") or {}).get("name", ""): n for n in state.iter("Node")}
+    # Parsed classes are kept with their raw object (so its id stays its own) for the next build.
+    known_classes = previous.parsed_classes if previous is not None else {}
+    parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
+    for raw_class in state.iter("DeviceClass"):
+        known = known_classes.get(id(raw_class))
+        parsed_classes[id(raw_class)] = (
+            known
+            if known is not None and known[0] is raw_class
+            else (raw_class, parse_device_class(raw_class))
+        )
+    classes = {raw["metadata"]["name"]: spec for raw, spec in parsed_classes.values()}
     index = DeviceIndex(
         generation=state.devices_generation,
         features=features,
@@ -482,11 +760,117 @@ def build_index(
             else None
         ),
         previous_catalog=previous.catalog if previous is not None else None,
+        previous=previous,
+        replaced=replaced,
+        changed_nodes=changed_nodes,
     )
     index.parsed_by_raw = parsed_by_raw
+    index.slice_keys = slice_keys
+    index.state_ref = weakref.ref(state)
+    index.parsed_classes = parsed_classes
     if previous is not None and previous.evaluator is index.evaluator:
-        index.carry_masks_from(previous)
+        index.carry_from(previous)
     return index
+
+
+#: Per slice position: key -> position, and the id of the raw object it was parsed from.
+_SliceKeys = tuple[dict[Key, int], list[int]]
+_Parsed = tuple[list[Slice], dict[int, tuple[Obj, Slice]], _SliceKeys | None]
+
+
+def _parse_slices(state: ClusterState, features: Features, previous: DeviceIndex | None) -> _Parsed:
+    """Every slice of the state, parsed (or `previous`'s parse of the very same raw object), in
+    cluster order; with each slice's position by key (None if some slice could not be parsed)."""
+    reuse = previous.parsed_by_raw if previous is not None else {}
+    rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
+    parsed_by_raw: dict[int, tuple[Obj, Slice]] = {}
+    slices: list[Slice] = []
+    keys: list[Key] | None = []
+    raw_ids: list[int] = []
+    for raw in state.iter("ResourceSlice"):
+        known = reuse.get(id(raw)) if not rule_taints else None
+        if known is not None and known[0] is raw:  # the raw object is held: its id is its own
+            slice_ = known[1]
+        else:
+            try:
+                slice_ = parse_slice(raw)
+            except (KeyError, ValueError, TypeError) as exc:
+                name = (raw.get("metadata") or {}).get("name", "?")
+                log.warning("skipping ResourceSlice %s: %s", name, exc)
+                keys = None
+                continue
+            if rule_taints:
+                slice_ = _with_rule_taints(slice_, rule_taints)
+        parsed_by_raw[id(raw)] = (raw, slice_)
+        slices.append(slice_)
+        raw_ids.append(id(raw))
+        if keys is not None:
+            keys.append(object_key(raw))
+    if keys is None:
+        return slices, parsed_by_raw, None
+    return slices, parsed_by_raw, (dict(zip(keys, range(len(keys)), strict=True)), raw_ids)
+
+
+def _replay(
+    state: ClusterState, features: Features, previous: DeviceIndex
+) -> (
+    tuple[
+        list[Slice],
+        dict[int, tuple[Obj, Slice]],
+        _SliceKeys,
+        list[tuple[Slice, Slice]],
+        dict[str, Obj],
+        set[str],
+    ]
+    | None
+):
+    """`previous`'s slices and nodes with the objects the state's device log says were updated
+    since re-read (no pass over every slice and node); None when the log cannot tell, or a
+    change adds, deletes or relists an object, changes a class or a taint rule."""
+    if previous.state_ref is None or previous.state_ref() is not state or previous.slice_keys is None:
+        return None
+    changes = state.device_changes_since(previous.generation)
+    if changes is None or len(changes) > REPLAY_LIMIT:
+        return None
+    if features.device_taint_rules and state.count("DeviceTaintRule"):
+        return None  # rule taints are applied to every slice at parse time
+    changed: dict[tuple[str, Key], None] = {}
+    for kind, key, op in changes:
+        if op != UPDATED or kind not in ("ResourceSlice", "Node"):
+            return None
+        changed[(kind, key)] = None
+    slices = list(previous.slices)
+    parsed_by_raw = dict(previous.parsed_by_raw)
+    nodes = dict(previous.nodes)
+    replaced: list[tuple[Slice, Slice]] = []
+    changed_nodes: set[str] = set()
+    raw_ids = list(previous.slice_keys[1])
+    for kind, key in changed:
+        raw = state.get_by_key(kind, key)
+        if raw is None:
+            return None
+        if kind == "Node":
+            if key[1] not in nodes:
+                return None
+            nodes[key[1]] = raw
+            changed_nodes.add(key[1])
+            continue
+        position = previous.slice_keys[0].get(key)
+        if position is None:
+            return None
+        old = slices[position]
+        # Parsed again even when the spec is the same: a new object is a new Slice, as in the
+        # full pass (tests/index pin that the touched node's rows are evaluated again).
+        try:
+            new = parse_slice(raw)
+        except (KeyError, ValueError, TypeError):
+            return None  # the full pass logs and skips it
+        parsed_by_raw.pop(raw_ids[position], None)
+        replaced.append((old, new))
+        parsed_by_raw[id(raw)] = (raw, new)
+        raw_ids[position] = id(raw)
+        slices[position] = new
+    return slices, parsed_by_raw, (previous.slice_keys[0], raw_ids), replaced, nodes, changed_nodes
 
 
 def _taint_rules(rules: Iterable[Obj]) -> list[tuple[dict[str, Any], Taint]]:
