@@ -229,6 +229,15 @@ async def _exercise_everything(api: FakeApiServer) -> list[RequestLogEntry]:
         assert await bind("web") == ("", OK)
         api.fail_next(1, 500, verb="create", resource="pods", subresource="binding")
         assert (await bind("render"))[1] != OK  # the undo deletes the claim the bind created
+        # Its devices count as held until the watch sees the deletion, as kube-scheduler's cache
+        # does; the scheduler retries after a backoff, so wait for the watch, not a fixed time.
+        await until(
+            lambda: not any(
+                c["metadata"]["name"].startswith("render-extended-resources-")
+                for c in placement.state.list("ResourceClaim")
+            ),
+            what="the watch to see the undone claim deleted",
+        )
         assert await bind("render") == ("", OK)
         for name in ("train", "eval", "web", "render"):
             assert api.get_object("Pod", name, NAMESPACE)["spec"]["nodeName"] == "gpu-node-1"  # type: ignore[index]
