@@ -28,8 +28,9 @@ import time
 import numpy as np
 from numba import njit, prange
 
-#: As `topology.PARTITION_EPSILON` (a cost fits a free share up to this rounding).
-PARTITION_EPSILON = 1e-9
+from kernels.topology.partition import row_fit
+from kernels.topology.score import fragmentation_packing
+
 #: Topology levels in `coords` (nvlink, pcie, numa, socket), as `topology.NODE_LEVEL`.
 LEVELS = 4
 
@@ -57,14 +58,7 @@ def _largest_fitting(
         x = group_rows[p]
         if x < lo or x >= hi or free[x] == 0 or x == row:
             continue
-        fits = True
-        total = 0.0
-        for j in range(ncols):
-            c = row_cost[x, j]
-            if c > avail[j] + PARTITION_EPSILON:
-                fits = False
-                break
-            total += c
+        fits, total = row_fit(x, avail, ncols, row_cost)
         if fits:
             fitting += 1
             largest = max(largest, total / ncols if ncols > 0 else 1.0)
@@ -122,14 +116,7 @@ def _terms(
         touched += 1
         if gfree[level] == gsize[level] and gfree[level] > 1:
             broken += 1
-    fragmentation = 1.0
-    if touched > 0:
-        fragmentation = 1.0 - broken / touched
-    packing = 0.5
-    if total > 0:
-        packing = ((total - free_total) + nrel) / total
-        if spread:
-            packing = 1.0 - packing
+    fragmentation, packing = fragmentation_packing(touched, broken, total, free_total, nrel, spread)
     out[i, 0] = 1.0
     out[i, 1] = fragmentation
     out[i, 2] = packing
@@ -173,12 +160,9 @@ def _terms(
 @njit(cache=True, inline="always")
 def _size_if_fits(x: int, avail: np.ndarray, ncols: int, row_cost: np.ndarray) -> tuple[bool, float]:
     """Whether row x's costs fit avail, and its size: as in `_largest_fitting`, to the bit."""
-    total = 0.0
-    for j in range(ncols):
-        c = row_cost[x, j]
-        if c > avail[j] + PARTITION_EPSILON:
-            return False, 0.0
-        total += c
+    fits, total = row_fit(x, avail, ncols, row_cost)
+    if not fits:
+        return False, 0.0
     return True, total / ncols if ncols > 0 else 1.0
 
 

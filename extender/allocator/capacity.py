@@ -136,6 +136,14 @@ def fits(
     consumed = consumption(device, requests, qualified=qualified)
     if consumed is None:
         return False
+    return _within_capacity(device, consumed, existing, allocating)
+
+
+def _within_capacity(
+    device: Device, consumed: Consumption, existing: Consumption | None, allocating: Consumption | None
+) -> bool:
+    """Whether `consumed`, on top of what is held and what this allocation already took, fits
+    each capacity of the device (both versions compare the sums the same way)."""
     for name, amount in consumed.items():
         total = (
             amount.exact + (existing or {}).get(name, _ZERO).exact + (allocating or {}).get(name, _ZERO).exact
@@ -292,10 +300,4 @@ def fits_137(
     consumed = consumption_137(device, requests, fractional=fractional)  # may raise: the caller words it
     if consumed is None:
         return False
-    for name, amount in consumed.items():
-        total = (
-            amount.exact + (existing or {}).get(name, _ZERO).exact + (allocating or {}).get(name, _ZERO).exact
-        )
-        if total > device.capacity[name].value.exact:
-            return False
-    return True
+    return _within_capacity(device, consumed, existing, allocating)

@@ -23,6 +23,19 @@ PARTITION_EPSILON = 1e-9
 
 
 @njit(cache=True, inline="always")
+def row_fit(x: int, avail: np.ndarray, ncols: int, row_cost: np.ndarray) -> tuple[bool, float]:
+    """Whether each counter cost of row x fits `avail` (up to PARTITION_EPSILON), and their sum.
+    Shared with `kernels.single_partition`."""
+    total = 0.0
+    for j in range(ncols):
+        c = row_cost[x, j]
+        if c > avail[j] + PARTITION_EPSILON:
+            return False, 0.0
+        total += c
+    return True, total
+
+
+@njit(cache=True, inline="always")
 def _largest_fitting(
     lo: int, size: int, g: int, avail: np.ndarray, ncols: int, sets: np.ndarray, m: int,
     row_group: np.ndarray, row_cost: np.ndarray, free: np.ndarray,
@@ -43,14 +56,7 @@ def _largest_fitting(
                 break
         if taken:
             continue
-        fits = True
-        total = 0.0
-        for j in range(ncols):
-            c = row_cost[x, j]
-            if c > avail[j] + PARTITION_EPSILON:
-                fits = False
-                break
-            total += c
+        fits, total = row_fit(x, avail, ncols, row_cost)
         if fits:
             fitting += 1
             largest = max(largest, total / ncols if ncols > 0 else 1.0)

@@ -55,6 +55,23 @@ def pair_distance(
 
 
 @njit(cache=True, inline="always")
+def fragmentation_packing(
+    touched: int, broken: int, total: int, free_total: int, nrel: int, spread: bool
+) -> tuple[float, float]:
+    """(fragmentation, packing) of a set: the share of touched levels it leaves whole, and how full
+    the node is with it (inverted when spreading). Shared with `kernels.single_partition`."""
+    fragmentation = 1.0
+    if touched > 0:
+        fragmentation = 1.0 - broken / touched
+    packing = 0.5
+    if total > 0:
+        packing = ((total - free_total) + nrel) / total
+        if spread:
+            packing = 1.0 - packing
+    return fragmentation, packing
+
+
+@njit(cache=True, inline="always")
 def combine(
     sum_wd: float, sum_w: float, touched: int, broken: int, total: int, free_total: int, nrel: int,
     level_distance: np.ndarray, weights: np.ndarray, spread: bool,
@@ -65,14 +82,7 @@ def combine(
     if sum_w != 0.0 and span > 0.0:
         locality = 1.0 - (sum_wd / sum_w - level_distance[0]) / span
         locality = min(1.0, max(0.0, locality))
-    fragmentation = 1.0
-    if touched > 0:
-        fragmentation = 1.0 - broken / touched
-    packing = 0.5
-    if total > 0:
-        packing = ((total - free_total) + nrel) / total
-        if spread:
-            packing = 1.0 - packing
+    fragmentation, packing = fragmentation_packing(touched, broken, total, free_total, nrel, spread)
     wsum = weights[0] + weights[1] + weights[2]
     score = 0.0
     if wsum > 0.0:
