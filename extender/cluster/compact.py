@@ -59,17 +59,20 @@ class Compactor:
                 device["name"] = sys.intern(name)  # "gpu-0" on every node
             attributes = device.get("attributes")
             if type(attributes) is dict:
-                self._attributes(attributes)
+                device["attributes"] = self._attributes(attributes)
             for field in _SHAPED_FIELDS:
                 value = device.get(field)
                 if value:
                     device[field] = self._shape(value)
 
-    def _attributes(self, attributes: dict[str, Any]) -> None:
-        """Swap each `{kind: scalar}` value for the shared one (values only: the size never
-        changes, so the map can be written while it is iterated)."""
+    def _attributes(self, attributes: dict[str, Any]) -> dict[str, Any]:
+        """The map with each `{kind: scalar}` value swapped for the shared one. It is a new map:
+        one filled key by key takes about a quarter less memory than the parser's (464 bytes
+        instead of 632 for 13 attributes)."""
         values = self._values
+        compacted: dict[str, Any] = {}
         for attribute, value in attributes.items():
+            compacted[attribute] = value
             if type(value) is not dict or len(value) != 1:
                 continue  # not an attribute value (the validator refuses it) or a list kind
             for kind, scalar in value.items():
@@ -82,7 +85,8 @@ class Compactor:
                     if len(values) >= VALUE_LIMIT:
                         values.clear()
                     shared = values[key] = value
-                attributes[attribute] = shared
+                compacted[attribute] = shared
+        return compacted
 
     def _shape(self, value: Any) -> Any:
         try:
