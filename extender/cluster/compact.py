@@ -26,8 +26,8 @@ from extender.objects import Obj
 VALUE_LIMIT = 1 << 15
 #: Distinct capacity maps and counter consumptions remembered; emptied when full.
 SHAPE_LIMIT = 1 << 12
-#: Attribute value kinds whose single scalar value is shared (list kinds are left as they are).
-_SCALAR_TYPES: frozenset[type] = frozenset({str, int, bool})
+#: Loaded slices remembered as done (`Compactor.compact_loaded`); emptied when full.
+LOADED_LIMIT = 1 << 17
 #: Device fields whose whole JSON value is shared between devices that state the same one.
 _SHAPED_FIELDS: tuple[str, ...] = ("capacity", "consumesCounters")
 
@@ -37,11 +37,29 @@ class Compactor:
     are plain dicts: two threads using it at once can at worst miss a share."""
 
     def __init__(self) -> None:
-        # (kind, type, value) -> the shared {kind: value}; the type keeps {"int": 1} apart
-        # from {"int": True}, which compare equal.
-        self._values: dict[tuple[str, type, Any], dict[str, Any]] = {}
+        # (kind, value) for strings, (kind, type, value) for ints and bools -> the shared
+        # {kind: value}.
+        self._values: dict[tuple[Any, ...], dict[str, Any]] = {}
         # JSON text -> the shared value (capacity maps, counter consumptions).
         self._shapes: dict[bytes, Any] = {}
+        # id() of the slices the file loader compacted, which the state then stores without a
+        # second pass (`compact_once`). Ids, not objects: nothing is kept alive; a reused id
+        # can at worst leave one slice uncompacted.
+        self._loaded: set[int] = set()
+
+    def compact_loaded(self, obj: Obj) -> None:
+        """`compact_slice`, remembering that `obj` is done (for `compact_once`)."""
+        self.compact_slice(obj)
+        if len(self._loaded) >= LOADED_LIMIT:
+            self._loaded.clear()
+        self._loaded.add(id(obj))
+
+    def compact_once(self, obj: Obj) -> None:
+        """`compact_slice`, unless the loader has just done it (`compact_loaded`)."""
+        try:
+            self._loaded.remove(id(obj))
+        except KeyError:
+            self.compact_slice(obj)
 
     def compact_slice(self, obj: Obj) -> None:
         """Share the repeated attribute values, capacity maps and counter consumptions of one
@@ -73,19 +91,22 @@ class Compactor:
         compacted: dict[str, Any] = {}
         for attribute, value in attributes.items():
             compacted[attribute] = value
-            if type(value) is not dict or len(value) != 1:
+            if value.__class__ is not dict or len(value) != 1:
                 continue  # not an attribute value (the validator refuses it) or a list kind
-            for kind, scalar in value.items():
-                if scalar.__class__ not in _SCALAR_TYPES:
-                    break  # a list (or what the validator refuses): left as it is
-                # The type keeps {"int": 1} apart from {"int": True}, which compare equal.
-                key = (kind, scalar.__class__, scalar)
-                shared = values.get(key)
-                if shared is None:
-                    if len(values) >= VALUE_LIMIT:
-                        values.clear()
-                    shared = values[key] = value
-                compacted[attribute] = shared
+            ((kind, scalar),) = value.items()
+            scalar_type = scalar.__class__
+            if scalar_type is str:  # most values; a string never equals an int or a bool
+                key: tuple[Any, ...] = (kind, scalar)
+            elif scalar_type is int or scalar_type is bool:
+                key = (kind, scalar_type, scalar)  # {"int": 1} and {"int": True} compare equal
+            else:
+                continue  # a list (or what the validator refuses): left as it is
+            shared = values.get(key)
+            if shared is None:
+                if len(values) >= VALUE_LIMIT:
+                    values.clear()
+                shared = values[key] = value
+            compacted[attribute] = shared
         return compacted
 
     def _shape(self, value: Any) -> Any:

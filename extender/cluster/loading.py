@@ -158,7 +158,7 @@ def _json_document(text: bytes) -> Any:
         for raw in raw_items:
             item = orjson.loads(raw)
             if type(item) is dict and item.get("kind", default_kind) == "ResourceSlice":
-                SHARED.compact_slice(item)
+                SHARED.compact_loaded(item)
             items.append(item)
     except orjson.JSONDecodeError:
         return orjson.loads(text)  # raises orjson's own error for the whole document

@@ -164,7 +164,7 @@ class ClusterState:
         (a ResourceSlice's repeated device values are swapped for shared equal ones first)."""
         kind = obj["kind"]
         if kind == "ResourceSlice":
-            self._compactor.compact_slice(obj)
+            self._compactor.compact_once(obj)
         key = object_key(obj)
         objects = self._objects[kind]
         op = UPDATED if key in objects else ADDED

@@ -106,3 +106,15 @@ def test_devices_share_the_parse_of_a_shared_value() -> None:
     assert str(da.capacity["memory"].value) == "80Gi"
     assert da.consumes_counters[0][0] == "gpu-0"
     assert str(da.consumes_counters[0][1]["memory"]) == "80Gi"
+
+
+def test_the_state_skips_slices_the_loader_compacted() -> None:
+    compactor = Compactor()
+    loaded = _slice("n1", "GPU-1")
+    compactor.compact_loaded(loaded)
+    attributes = _device(loaded)["attributes"]
+    compactor.compact_once(loaded)  # done by the loader: not walked again
+    assert _device(loaded)["attributes"] is attributes
+    compactor.compact_once(loaded)  # remembered once only: a later store compacts again
+    assert _device(loaded)["attributes"] is not attributes
+    assert _device(loaded)["attributes"] == attributes
