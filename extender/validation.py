@@ -548,8 +548,14 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
     values = 0
     uses_lists = False
     for name, attribute in attributes.items():
+        if name in _valid_attribute_names and _plain_attribute(attribute):
+            values += 1  # the usual case, with no path text built (millions at 5,000 nodes)
+            continue
         where = f"{path}.attributes[{name}]"
-        check.string(name, where, syntax=qualified_name)
+        if check.string(name, where, syntax=qualified_name) is not None:
+            if len(_valid_attribute_names) >= VALID_NAMES_LIMIT:
+                _valid_attribute_names.clear()
+            _valid_attribute_names.add(name)
         count, is_list = _attribute(check, attribute, where)
         values += count
         uses_lists |= is_list
@@ -611,19 +617,30 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
     return bool(taints or consumptions or uses_lists)
 
 
+#: Attribute names known to pass `qualified_name` (a few dozen in a fleet); emptied when full.
+VALID_NAMES_LIMIT = 4096
+_valid_attribute_names: set[str] = set()
+
+
+def _plain_attribute(attribute: Any) -> bool:
+    """Whether `attribute` is a valid single scalar value (the usual case, checked fast)."""
+    if type(attribute) is not dict or len(attribute) != 1:
+        return False
+    ((field, value),) = attribute.items()
+    kind = _SCALAR_ATTRIBUTES.get(field)
+    if kind == "string":
+        return type(value) is str and len(value) <= MAX_ATTRIBUTE_VALUE_LENGTH
+    if kind == "int":
+        return type(value) is int and INT64_MIN <= value <= INT64_MAX
+    if kind == "bool":
+        return type(value) is bool
+    return kind == "version" and type(value) is str and len(value) <= 64 and not semver(value)
+
+
 def _attribute(check: _Checker, attribute: Any, path: str) -> tuple[int, bool]:
     """Check one DeviceAttribute; returns (number of values, whether it is a list)."""
-    if type(attribute) is dict and len(attribute) == 1:  # fast path: the usual valid scalar
-        ((field, value),) = attribute.items()
-        kind = _SCALAR_ATTRIBUTES.get(field)
-        if kind == "string" and type(value) is str and len(value) <= MAX_ATTRIBUTE_VALUE_LENGTH:
-            return 1, False
-        if kind == "int" and type(value) is int and INT64_MIN <= value <= INT64_MAX:
-            return 1, False
-        if kind == "bool" and type(value) is bool:
-            return 1, False
-        if kind == "version" and type(value) is str and len(value) <= 64 and not semver(value):
-            return 1, False
+    if _plain_attribute(attribute):
+        return 1, False
     attribute = check.mapping(attribute, path, required=True)
     if attribute is None:
         return 0, False

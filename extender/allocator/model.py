@@ -8,10 +8,13 @@ scheduling cycles and thrown away with the slice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from extender.quantity import Quantity
+
+_T = TypeVar("_T")
 
 
 class DeviceID(NamedTuple):
@@ -63,6 +66,9 @@ class CapacitySpec:
 @dataclass(eq=False, slots=True)
 class Device:
     """One device of a slice. Identity (eq/hash) is object identity: devices are never copied.
+
+    Read-only apart from the caches below: `attributes` is the stored slice's own map, and
+    devices that state the same capacity or counter consumption share one parse of it.
 
     `cel_input` and `selector_results` are caches owned by `extender.index.selecting`; they are the
     only mutable fields and are written only by the thread that evaluates selectors.
@@ -148,25 +154,69 @@ def _capacity(name: str, raw: dict[str, Any], where: str) -> CapacitySpec:
     )
 
 
+#: Parsed capacity maps and counter consumptions remembered by raw object (see `_shared`);
+#: emptied when full.
+SHARED_PARSE_LIMIT = 1 << 12
+# id(raw JSON value) -> (raw value, its parse). The raw value is held, so no other object can
+# take its id meanwhile. The stored ResourceSlices share one raw value between the devices that
+# state the same one (`extender.cluster.compact`), so those devices share one parse too.
+_shared_parses: dict[int, tuple[Any, Any]] = {}
+
+
+def _shared(raw: Any, parse: Callable[[], _T]) -> _T:
+    """`parse()` of `raw`, once per raw object: equal devices then share one immutable parse."""
+    known = _shared_parses.get(id(raw))
+    if known is not None and known[0] is raw:
+        parsed: _T = known[1]
+        return parsed
+    parsed = parse()  # raises before anything is remembered
+    if len(_shared_parses) >= SHARED_PARSE_LIMIT:
+        _shared_parses.clear()
+    _shared_parses[id(raw)] = (raw, parsed)
+    return parsed
+
+
+def _parse_capacity(raw: dict[str, Any], where: str) -> dict[str, CapacitySpec]:
+    return {name: _capacity(name, cap or {}, where) for name, cap in raw.items()}
+
+
+def _parse_consumes(
+    raw: list[Any], where: str
+) -> tuple[tuple[tuple[str, dict[str, Quantity]], ...], tuple[frozenset[str], ...]]:
+    consumes = tuple(
+        (c.get("counterSet", ""), _counters(c.get("counters"), f"{where}[{i}]")) for i, c in enumerate(raw)
+    )
+    groups = tuple(frozenset(c.get("compatibilityGroups") or ()) for c in raw)
+    return consumes, groups if any(groups) else ()
+
+
 def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str, where: str) -> Device:
-    """Parse one entry of `spec.devices`; raises ValueError naming the field on bad input."""
+    """Parse one entry of `spec.devices`; raises ValueError naming the field on bad input.
+
+    The parse keeps the raw `attributes` map itself (not a copy) and may share its capacity and
+    counter parses with other devices: all of them are read-only (`Device`)."""
     taints = tuple(
         Taint(key=t.get("key", ""), value=t.get("value", "") or "", effect=t.get("effect", "") or "")
         for t in raw.get("taints") or ()
     )
-    consumes = tuple(
-        (c.get("counterSet", ""), _counters(c.get("counters"), f"{where}.consumesCounters[{i}]"))
-        for i, c in enumerate(raw.get("consumesCounters") or ())
+    raw_consumes = raw.get("consumesCounters")
+    consumes, groups = (
+        _shared(raw_consumes, lambda: _parse_consumes(raw_consumes, f"{where}.consumesCounters"))
+        if raw_consumes
+        else ((), ())
     )
-    groups = tuple(frozenset(c.get("compatibilityGroups") or ()) for c in raw.get("consumesCounters") or ())
+    raw_capacity = raw.get("capacity")
+    capacity = (
+        _shared(raw_capacity, lambda: _parse_capacity(raw_capacity, f"{where}.capacity"))
+        if raw_capacity
+        else {}
+    )
+    attributes = raw.get("attributes")
     return Device(
         id=DeviceID(driver, pool, raw["name"]),
         slice_name=slice_name,
-        attributes=dict(raw.get("attributes") or {}),
-        capacity={
-            name: _capacity(name, cap or {}, f"{where}.capacity")
-            for name, cap in (raw.get("capacity") or {}).items()
-        },
+        attributes=attributes if type(attributes) is dict else dict(attributes or {}),
+        capacity=capacity,
         consumes_counters=consumes,
         taints=taints,
         binding_conditions=tuple(raw.get("bindingConditions") or ()),
@@ -176,7 +226,7 @@ def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str
         node_name=raw.get("nodeName") or None,
         node_selector=raw.get("nodeSelector"),
         all_nodes=bool(raw.get("allNodes")),
-        counter_groups=groups if any(groups) else (),
+        counter_groups=groups,
     )
 
 

@@ -24,6 +24,8 @@ from typing import Any
 import orjson
 import yaml
 
+from extender.cluster.compact import SHARED
+from extender.cluster.jsonitems import split_items
 from extender.cluster.state import KINDS, object_key
 from extender.errors import StateLoadError
 from extender.objects import Obj
@@ -113,7 +115,7 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
         # JSON content is read at JSON speed whatever the name (`kubectl get -o json > x.yaml`
         # through the YAML parser took about 4x as long); JSON is YAML, so the result is the same.
         try:
-            doc = orjson.loads(text) if text.strip() else None
+            doc = _json_document(text) if text.strip() else None
         except orjson.JSONDecodeError as exc:
             # Too deep for orjson (newer releases stop at 1024 levels) is too deep for the YAML
             # parser too, whose C loader crashes at some depths: no second try.
@@ -133,6 +135,35 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())
         raise StateLoadError(f"{path}: document {read}: not valid YAML: {problem}") from None
+
+
+def _json_document(text: bytes) -> Any:
+    """`orjson.loads(text)`, but a `List` is parsed one item at a time and each ResourceSlice
+    compacted as soon as it is parsed (`extender.cluster.compact`), so the whole list of raw
+    objects never exists at once (about seven times the file's size). Whatever the item split
+    does not recognise, or an item orjson refuses, is parsed whole: the same answer, or the
+    same error, as before."""
+    split = split_items(text)
+    if split is None:
+        return orjson.loads(text)
+    head, raw_items = split
+    try:
+        doc = orjson.loads(head)
+        if doc.get("items") != []:
+            return orjson.loads(text)  # a later duplicate "items" key: the whole parse decides
+        kind = doc.get("kind")
+        # What `_unpack` will give items without a kind (a ResourceSliceList's are slices).
+        default_kind = kind[: -len("List")] if isinstance(kind, str) and kind.endswith("List") else None
+        items = []
+        for raw in raw_items:
+            item = orjson.loads(raw)
+            if type(item) is dict and item.get("kind", default_kind) == "ResourceSlice":
+                SHARED.compact_loaded(item)
+            items.append(item)
+    except orjson.JSONDecodeError:
+        return orjson.loads(text)  # raises orjson's own error for the whole document
+    doc["items"] = items
+    return doc
 
 
 def _unpack(doc: Obj, label: str) -> Iterator[tuple[str, Obj]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
+from extender.cluster.compact import SHARED
 from extender.objects import Obj
 
 #: Kinds the extender reads. Everything else is skipped by the loaders.
@@ -78,6 +79,8 @@ class ClusterState:
         self._device_log: list[tuple[int, str, Key, str]] = []
         self._device_log_floor = 0
         self._device_relisted = -1  # devices generation of the last relist of a device kind
+        # Shares the repeated parts of stored ResourceSlices (memory; extender.cluster.compact).
+        self._compactor = SHARED
 
     @classmethod
     def from_objects(cls, objects: Iterable[Obj]) -> ClusterState:
@@ -157,8 +160,11 @@ class ClusterState:
         return self._objects[kind].get(key)
 
     def upsert(self, obj: Obj) -> None:
-        """Add or replace one object. The object must carry `kind`; it is stored, not copied."""
+        """Add or replace one object. The object must carry `kind`; it is stored, not copied
+        (a ResourceSlice's repeated device values are swapped for shared equal ones first)."""
         kind = obj["kind"]
+        if kind == "ResourceSlice":
+            self._compactor.compact_once(obj)
         key = object_key(obj)
         objects = self._objects[kind]
         op = UPDATED if key in objects else ADDED
@@ -188,6 +194,9 @@ class ClusterState:
     def replace_kind(self, kind: str, objects: Iterable[Obj], rejected: dict[Key, str] | None = None) -> None:
         """Swap in the full list of one kind (after a relist) in one step, with its refused objects."""
         self._objects[kind] = {object_key(obj): obj for obj in objects}
+        if kind == "ResourceSlice":
+            for obj in self._objects[kind].values():
+                self._compactor.compact_slice(obj)
         self._rejected[kind] = dict(rejected or {})
         self._bump(kind)
 

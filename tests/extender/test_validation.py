@@ -527,3 +527,18 @@ def test_derived_attributes_are_checked_at_the_edge() -> None:
     assert any("duplicate derived attribute x.example.com/b" in p for p in found), found
     found = problems(_claim_with_derived("not a list"))
     assert any("derivedAttributes" in p for p in found), found
+
+
+def test_attribute_fast_path_still_reports_bad_values_and_names() -> None:
+    """Valid scalar attributes under names seen valid before skip the path text
+    (`validation._plain_attribute`); a bad value under such a name, or a bad name, is still
+    reported with its path."""
+    slice_ = copy.deepcopy(_gpu_slice(sample_objects()))
+    assert problems(slice_) == []  # the names are now known to be valid
+    attributes = slice_["spec"]["devices"][0]["attributes"]
+    name = next(iter(attributes))
+    attributes[name] = {"int": "not a number"}
+    attributes["bad name!"] = {"string": "x"}
+    found = problems(slice_)
+    assert any(f"spec.devices[0].attributes[{name}].int" in p for p in found), found
+    assert any("spec.devices[0].attributes[bad name!]" in p for p in found), found
