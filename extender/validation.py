@@ -548,6 +548,9 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
     values = 0
     uses_lists = False
     for name, attribute in attributes.items():
+        if type(name) is str and not qualified_name(name) and _plain_scalar(attribute):
+            values += 1  # the usual case, without building the paths only a problem would need
+            continue
         where = f"{path}.attributes[{name}]"
         check.string(name, where, syntax=qualified_name)
         count, is_list = _attribute(check, attribute, where)
@@ -611,19 +614,25 @@ def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> boo
     return bool(taints or consumptions or uses_lists)
 
 
+def _plain_scalar(attribute: Any) -> bool:
+    """The usual valid attribute: one scalar of its kind's type, within its limits."""
+    if type(attribute) is not dict or len(attribute) != 1:
+        return False
+    ((field, value),) = attribute.items()
+    kind = _SCALAR_ATTRIBUTES.get(field)
+    if kind == "string":
+        return type(value) is str and len(value) <= MAX_ATTRIBUTE_VALUE_LENGTH
+    if kind == "int":
+        return type(value) is int and INT64_MIN <= value <= INT64_MAX
+    if kind == "bool":
+        return type(value) is bool
+    return kind == "version" and type(value) is str and len(value) <= 64 and not semver(value)
+
+
 def _attribute(check: _Checker, attribute: Any, path: str) -> tuple[int, bool]:
     """Check one DeviceAttribute; returns (number of values, whether it is a list)."""
-    if type(attribute) is dict and len(attribute) == 1:  # fast path: the usual valid scalar
-        ((field, value),) = attribute.items()
-        kind = _SCALAR_ATTRIBUTES.get(field)
-        if kind == "string" and type(value) is str and len(value) <= MAX_ATTRIBUTE_VALUE_LENGTH:
-            return 1, False
-        if kind == "int" and type(value) is int and INT64_MIN <= value <= INT64_MAX:
-            return 1, False
-        if kind == "bool" and type(value) is bool:
-            return 1, False
-        if kind == "version" and type(value) is str and len(value) <= 64 and not semver(value):
-            return 1, False
+    if _plain_scalar(attribute):
+        return 1, False
     attribute = check.mapping(attribute, path, required=True)
     if attribute is None:
         return 0, False

@@ -34,10 +34,11 @@ their pairwise distances at `link_distance[link_offset[n]:]` (rows x rows, NaN w
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, count
 from typing import Any, TypeVar, overload
@@ -51,6 +52,7 @@ from extender.allocator.nodeselection import node_matches
 from extender.allocator.pools import NodePools, Pool, PoolCatalog, search_key
 from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import UPDATED, ClusterState, Key, object_key
+from extender.index import selector_groups
 from extender.index.selecting import CachingEvaluator
 from extender.index.topology import NODE_LEVEL, TopologyModel
 from extender.lru import SizedLRU
@@ -95,6 +97,9 @@ MASK_CACHE_BYTES = 64 * 2**20
 #: Bytes of interned attribute columns (`attribute_codes`) one index keeps (LRU), 4 per row each.
 ATTRIBUTE_CODES_BYTES = 32 * 2**20
 _ENTRY_OVERHEAD = 512  # the record, two array headers, the key tuple, the cache entry
+#: A `device_column` entry not computed yet (computed on demand).
+UNCOMPUTED = np.iinfo(np.int32).min
+_SCALAR_TYPES: dict[str, type] = {"int": int, "bool": bool, "string": str, "version": str}
 
 
 def _mask_size(key: MaskKey, mask: SelectorMask) -> int:
@@ -614,9 +619,11 @@ class DeviceIndex:
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
         """Rows selected by the class selectors then the request selectors (cached).
 
-        Evaluates CEL once per device and expression (results live on the devices); this is
-        the only place the filter path can run CEL, and only the first time a selector is seen.
-        Rows of nodes unchanged since the previous generation are copied from its mask.
+        CEL runs once per group of devices that read equal values (`selector_groups`), else once
+        per device, and results live on the devices; this is the only place the filter path can
+        run CEL, and only the first time a selector is seen. Request selectors are evaluated only
+        on the rows the class mask selects (as the allocator, which tries the class first). Rows
+        of nodes unchanged since the previous generation are copied from its mask.
         """
         key = (class_name, selectors)
         cached = self._masks.get(key)
@@ -628,19 +635,22 @@ class DeviceIndex:
         old = carry.masks.get(key) if carry is not None else None
         if carry is not None and old is not None and carry.class_exprs.get(class_name) == class_exprs:
             match, error = carry.take(old.match), carry.take(old.error)
-            todo: Iterable[int] = carry.fresh.tolist()
+            rows = carry.fresh
         else:  # a new selector, or the class's selectors changed: evaluate everything
             match = np.zeros(self.num_rows, dtype=bool)
             error = np.zeros(self.num_rows, dtype=bool)
-            todo = range(self.num_rows)
-        verdicts: dict[int, tuple[bool, bool]] = {}
-        for row in todo:
-            device = self.row_device[row]
-            verdict = verdicts.get(id(device))
-            if verdict is None:
-                verdict = self._evaluate(class_exprs, selectors, device)
-                verdicts[id(device)] = verdict
-            match[row], error[row] = verdict
+            rows = np.arange(self.num_rows)
+        match[rows] = False
+        error[rows] = False
+        expressions = (*class_exprs, *selectors)
+        if class_exprs and selectors:
+            by_class = self.mask(class_name, ())
+            error[rows] = by_class.error[rows]
+            rows = rows[by_class.match[rows]]
+            expressions = selectors
+        selector_groups.evaluate_rows(
+            self, rows, expressions, functools.partial(self._evaluate, expressions), match, error
+        )
         result = SelectorMask(match=match, error=error)
         self._masks.put(key, result, _mask_size(key, result))
         return result
@@ -651,54 +661,72 @@ class DeviceIndex:
         -1: the device lacks the attribute (or its type is unknown); -2: a list value, which the
         topology kernels do not model (such pods keep upstream's search for their device choice).
         Equal codes mean equal typed values, as matchAttribute/distinctAttribute compare them.
-        Rows of nodes unchanged since the previous generation are copied from its codes (the
-        intern table is shared, so a carried code means the same value).
         """
-        cached = self._attribute_codes.get(name)
-        if cached is not None:
-            return cached
         from extender.allocator.constraints import lookup_attribute
 
-        carry = self._carry
-        old = carry.codes.get(name) if carry is not None else None
-        if carry is not None and old is not None:
-            codes = carry.take(old)
-            todo: Iterable[int] = carry.fresh.tolist()
-        else:
-            codes = np.full(self.num_rows, -1, dtype=np.int32)
-            todo = range(self.num_rows)
-        interned, next_code = self._interned, self._next_code
-        by_device: dict[int, int] = {}
-        row_device = self.row_device
-        for row in todo:
-            device = row_device[row]
-            code = by_device.get(id(device))
-            if code is None:
-                code = -1
-                value = lookup_attribute(device, name)
-                if value is not None:
-                    if any(value.get(k) is not None for k in ("ints", "bools", "strings", "versions")):
-                        code = -2
-                    else:
-                        for kind in ("int", "bool", "string", "version"):
-                            if value.get(kind) is not None:
-                                typed = (kind, value[kind])
-                                code = interned.get(typed)
-                                if code is None:
-                                    code = interned.setdefault(typed, next(next_code))
-                                break
-                by_device[id(device)] = code
-            codes[row] = code
-        self._attribute_codes.put(name, codes, codes.nbytes + len(name) + _ENTRY_OVERHEAD)
+        return self.device_column(name, lambda device: self.value_code(lookup_attribute(device, name)))
+
+    def value_code(self, value: dict[str, Any] | None) -> int:
+        """An attribute value's interned code: -1 absent or of no known type, -2 a list."""
+        if type(value) is not dict:
+            return -1
+        if len(value) == 1:  # the usual attribute: one scalar of its kind's type
+            ((kind, item),) = value.items()
+            if type(item) is _SCALAR_TYPES.get(kind):
+                return self.intern((kind, item))
+        if any(value.get(k) is not None for k in ("ints", "bools", "strings", "versions")):
+            return -2
+        for kind in ("int", "bool", "string", "version"):
+            item = value.get(kind)
+            if item is not None:
+                return self.intern((kind, item)) if isinstance(item, int | str) else -1
+        return -1
+
+    def intern(self, typed: tuple[str, Any]) -> int:
+        """The code of a hashable value, the same for equal values in this and carried generations."""
+        code = self._interned.get(typed)
+        if code is None:
+            code = self._interned.setdefault(typed, next(self._next_code))
+        return code
+
+    def device_column(
+        self, name: str, code_of: Callable[[Device], int], rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Per row, `code_of(device)` as int32 (cached per generation under `name`).
+
+        With `rows`, only those rows are sure to be computed (others may read `UNCOMPUTED`): the
+        first mask of a new claim shape needs its selectors' values on the class's rows only.
+        `code_of` is a pure function of the device. Rows of nodes unchanged since the previous
+        generation are copied from its column (the intern table is shared, so a carried code
+        means the same value); the rebuilt nodes' rows are computed when asked for.
+        """
+        codes = self._attribute_codes.get(name)
+        if codes is None:
+            carry = self._carry
+            old = carry.codes.get(name) if carry is not None else None
+            if carry is not None and old is not None:
+                codes = carry.take(old)
+                codes[carry.fresh] = UNCOMPUTED
+            else:
+                codes = np.full(self.num_rows, UNCOMPUTED, dtype=np.int32)
+            self._attribute_codes.put(name, codes, codes.nbytes + len(name) + _ENTRY_OVERHEAD)
+        wanted = np.arange(self.num_rows) if rows is None else rows
+        todo = wanted[codes[wanted] == UNCOMPUTED]
+        if len(todo):
+            # Only UNCOMPUTED entries are written, each with its one value: a reader on another
+            # thread sees either that or the value, and computes the former itself.
+            row_device = self.row_device
+            codes[todo] = np.fromiter(
+                (code_of(row_device[row]) for row in todo.tolist()), dtype=np.int32, count=len(todo)
+            )
         return codes
 
-    def _evaluate(
-        self, class_exprs: tuple[str, ...], request_exprs: tuple[str, ...], device: Device
-    ) -> tuple[bool, bool]:
+    def _evaluate(self, expressions: tuple[str, ...], device: Device) -> tuple[bool, bool]:
+        """(selected, failed) of one device: every expression in turn, stopping at the first no."""
         from extender.errors import CelRuntimeError
 
         try:
-            for expression in (*class_exprs, *request_exprs):
+            for expression in expressions:
                 if not self.evaluator.evaluate(expression, device):
                     return False, False
         except CelRuntimeError:
