@@ -16,12 +16,13 @@ under the device's driver (CEL then sees whichever comes later in the map).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from extender import cel
 from extender.allocator.model import Device
+from extender.index.attribute_table import LIST, MALFORMED, plain, value_code
 
 if TYPE_CHECKING:
     from extender.index.snapshot import DeviceIndex
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
 Verdict = tuple[bool, bool]  # (selected, a CEL runtime error)
 #: Code of a read value the groups cannot vouch for (see the module docstring).
 ALONE = -3
-_PLAIN_TYPES: dict[str, type] = {"int": int, "bool": bool, "string": str}
 
 
 def evaluate_rows(
@@ -51,10 +51,8 @@ def evaluate_rows(
     if reads is None:
         _one_by_one(index, rows, verdict_of, match, error)
         return
-    columns = [index.device_column("cel:plain", _plain_code, rows)]
-    columns += [
-        index.device_column(_column_name(read), _code_of(index, read), rows) for read in sorted(reads)
-    ]
+    columns = [_plain_column(index, rows)]
+    columns += [_read_column(index, read, rows) for read in sorted(reads)]
     keys = np.stack([column[rows] for column in columns])
     alone = (keys[0] == 0) | (keys[1:] == ALONE).any(axis=0)
     _one_by_one(index, rows[alone], verdict_of, match, error)
@@ -101,53 +99,69 @@ def _column_name(read: cel.Read) -> str:
     return "cel:" + "\0".join(read)
 
 
-def _code_of(index: DeviceIndex, read: cel.Read) -> Callable[[Device], int]:
-    """Per device, the interned code of the value `read` names (-1 absent, ALONE see above)."""
+Ways = tuple[Callable[[Device], int], Callable[[], np.ndarray]]
+
+
+def _read_column(index: DeviceIndex, read: cel.Read, rows: np.ndarray) -> np.ndarray:
+    """Per row (at least `rows`), the code of the value `read` names: -1 absent, ALONE see above."""
+    one, whole = read_ways(index, read)
+    return index.device_column(_column_name(read), one, rows, whole=whole)
+
+
+def read_ways(index: DeviceIndex, read: cel.Read) -> Ways:
+    """Two equal ways to the codes of `read`: `one` per device (the rows of rebuilt nodes in a
+    generation that carries the column) and `whole` over every row from the index's attribute
+    table (array operations)."""
     if read == ("driver",):
-        return lambda device: index.intern(("driver", device.id.driver))
+        return (
+            lambda device: index.intern(("driver", device.id.driver)),
+            lambda: index.attribute_table().driver.copy(),
+        )
     if read == ("allowMultipleAllocations",):
-        return lambda device: int(device.allow_multiple_allocations)
+        return (
+            lambda device: int(device.allow_multiple_allocations),
+            lambda: index.attribute_table().multiple.astype(np.int32),
+        )
     kind, domain, name = read
     if "/" in domain:  # no published name splits into such a domain: CEL sees an empty map
-        return lambda device: -1
+        return lambda device: -1, lambda: np.full(index.num_rows, -1, dtype=np.int32)
     qualified = f"{domain}/{name}"
     bare = None if "/" in name else name  # a bare name never holds a slash (it would be qualified)
-    if kind == "attributes":
-        return lambda device: _attribute_code(index, device, qualified, bare, domain)
-    return lambda device: _capacity_code(index, device, qualified, bare, domain)
+
+    def one(device: Device) -> int:
+        published: dict[str, Any] = device.attributes if kind == "attributes" else device.capacity
+        has_qualified = qualified in published
+        has_bare = bare is not None and device.id.driver == domain and bare in published
+        if has_qualified and has_bare:
+            return ALONE  # CEL sees whichever comes later in the map
+        if not has_qualified and not has_bare:
+            return -1
+        value = published[qualified] if has_qualified else published[str(bare)]
+        if kind == "capacity":
+            return index.intern(("quantity", str(value.value)))
+        code = value_code(value, index.intern)
+        return ALONE if code in (LIST, MALFORMED) else code
+
+    def whole() -> np.ndarray:
+        table = index.attribute_table()
+        entries = table.attributes if kind == "attributes" else table.capacity
+        codes = table.column(entries, qualified)
+        if bare is not None:
+            by_bare = table.column(entries, bare)
+            by_bare[table.driver != index.intern(("driver", domain))] = -1
+            both = (codes != -1) & (by_bare != -1)
+            codes = np.where(codes != -1, codes, by_bare)
+            codes[both] = ALONE
+        codes[(codes == LIST) | (codes == MALFORMED)] = ALONE
+        return codes
+
+    return one, whole
 
 
-def _attribute_code(index: DeviceIndex, device: Device, qualified: str, bare: str | None, domain: str) -> int:
-    attributes = device.attributes
-    value = attributes.get(qualified)
-    if bare is not None and device.id.driver == domain and bare in attributes:
-        if value is not None:
-            return ALONE
-        value = attributes[bare]
-    code = index.value_code(value)
-    return ALONE if code == -2 else code
-
-
-def _capacity_code(index: DeviceIndex, device: Device, qualified: str, bare: str | None, domain: str) -> int:
-    capacity = device.capacity
-    spec = capacity.get(qualified)
-    if bare is not None and device.id.driver == domain and bare in capacity:
-        if spec is not None:
-            return ALONE
-        spec = capacity[bare]
-    return -1 if spec is None else index.intern(("quantity", str(spec.value)))
-
-
-def _plain_code(device: Device) -> int:
-    """1 when the device's CEL input is built from single scalar values of their declared kind."""
-    for raw in device.attributes.values():
-        if type(raw) is not dict or len(raw) != 1:
-            return 0
-        ((kind, value),) = raw.items()
-        expected = _PLAIN_TYPES.get(kind)
-        if expected is not None:
-            if type(value) is not expected:
-                return 0
-        elif kind != "version" or type(value) is not str or not cel.is_version(value):
-            return 0
-    return 1
+def _plain_column(index: DeviceIndex, rows: np.ndarray) -> np.ndarray:
+    return index.device_column(
+        "cel:plain",
+        lambda device: int(plain(device)),
+        rows,
+        whole=lambda: index.attribute_table().plain.astype(np.int32),
+    )

@@ -53,6 +53,7 @@ from extender.allocator.pools import NodePools, Pool, PoolCatalog, search_key
 from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import UPDATED, ClusterState, Key, object_key
 from extender.index import selector_groups
+from extender.index.attribute_table import MALFORMED, AttributeTable, value_code
 from extender.index.selecting import CachingEvaluator
 from extender.index.topology import NODE_LEVEL, TopologyModel
 from extender.lru import SizedLRU
@@ -99,7 +100,6 @@ ATTRIBUTE_CODES_BYTES = 32 * 2**20
 _ENTRY_OVERHEAD = 512  # the record, two array headers, the key tuple, the cache entry
 #: A `device_column` entry not computed yet (computed on demand).
 UNCOMPUTED = np.iinfo(np.int32).min
-_SCALAR_TYPES: dict[str, type] = {"int": int, "bool": bool, "string": str, "version": str}
 
 
 def _mask_size(key: MaskKey, mask: SelectorMask) -> int:
@@ -223,6 +223,7 @@ class _Carry:
     gather: np.ndarray
     fresh: np.ndarray
     same_rows: bool  # gather is every row itself but `fresh`: a copy does it (`patched`)
+    table: AttributeTable | None  # the previous generation's, when it was built
 
     def take(self, old: np.ndarray) -> np.ndarray:
         """The previous generation's column on this generation's rows; `fresh` rows are left as
@@ -353,6 +354,7 @@ class DeviceIndex:
         # their meaning; codes come from one counter so two threads never hand out the same one.
         self._interned: dict[tuple[str, Any], int] = {}
         self._next_code: Iterator[int] = count()
+        self._table: AttributeTable | None = None  # built on first need (`attribute_table`)
         # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
         self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
         # id(raw ResourceSlice) -> (raw, parsed Slice); lets the next build skip unchanged slices
@@ -599,12 +601,14 @@ class DeviceIndex:
         """Keep `previous`'s masks and codes with the row map `gather` (see `carry_from`)."""
         interned_limit = 4 * max(self.num_rows, previous.num_rows) + 4096
         codes: dict[str, np.ndarray] = {}
+        table = None
         if len(previous._interned) <= interned_limit:
             # Codes of values no longer present stay interned until the table outgrows the
             # rows; past that, a fresh table (and codes built from nothing) bounds it.
             self._interned = previous._interned
             self._next_code = previous._next_code
             codes = dict(previous._attribute_codes.items())
+            table = previous._table
         self._carry = _Carry(
             masks=dict(previous._masks.items()),
             codes=codes,
@@ -614,6 +618,7 @@ class DeviceIndex:
             gather=gather,
             fresh=np.flatnonzero(gather < 0),
             same_rows=same_rows,
+            table=table,
         )
 
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
@@ -661,26 +666,41 @@ class DeviceIndex:
         -1: the device lacks the attribute (or its type is unknown); -2: a list value, which the
         topology kernels do not model (such pods keep upstream's search for their device choice).
         Equal codes mean equal typed values, as matchAttribute/distinctAttribute compare them.
+        Resolved as upstream's lookupAttribute: the exact name, else the bare id when the domain
+        is the device's driver.
         """
         from extender.allocator.constraints import lookup_attribute
 
-        return self.device_column(name, lambda device: self.value_code(lookup_attribute(device, name)))
+        def one(device: Device) -> int:
+            code = value_code(lookup_attribute(device, name), self.intern)
+            return -1 if code == MALFORMED else code
 
-    def value_code(self, value: dict[str, Any] | None) -> int:
-        """An attribute value's interned code: -1 absent or of no known type, -2 a list."""
-        if type(value) is not dict:
-            return -1
-        if len(value) == 1:  # the usual attribute: one scalar of its kind's type
-            ((kind, item),) = value.items()
-            if type(item) is _SCALAR_TYPES.get(kind):
-                return self.intern((kind, item))
-        if any(value.get(k) is not None for k in ("ints", "bools", "strings", "versions")):
-            return -2
-        for kind in ("int", "bool", "string", "version"):
-            item = value.get(kind)
-            if item is not None:
-                return self.intern((kind, item)) if isinstance(item, int | str) else -1
-        return -1
+        def whole() -> np.ndarray:
+            table = self.attribute_table()
+            codes = table.column(table.attributes, name)
+            domain, sep, ident = name.partition("/")
+            if sep:
+                bare = (codes == -1) & (table.driver == self.intern(("driver", domain)))
+                codes[bare] = table.column(table.attributes, ident)[bare]
+            codes[codes == MALFORMED] = -1
+            return codes
+
+        return self.device_column(name, one, whole=whole)
+
+    def attribute_table(self) -> AttributeTable:
+        """Every row's interned attribute and capacity values (built once per generation, from
+        the previous generation's when it had one)."""
+        table = self._table
+        if table is None:
+            carry = self._carry
+            if carry is not None and carry.table is not None:
+                table = carry.table.carried(
+                    self.row_device, carry.gather, carry.fresh, self.intern, self._interned
+                )
+            else:
+                table = AttributeTable.build(self.row_device, self.intern, self._interned)
+            self._table = table
+        return table
 
     def intern(self, typed: tuple[str, Any]) -> int:
         """The code of a hashable value, the same for equal values in this and carried generations."""
@@ -690,12 +710,18 @@ class DeviceIndex:
         return code
 
     def device_column(
-        self, name: str, code_of: Callable[[Device], int], rows: np.ndarray | None = None
+        self,
+        name: str,
+        code_of: Callable[[Device], int],
+        rows: np.ndarray | None = None,
+        *,
+        whole: Callable[[], np.ndarray] | None = None,
     ) -> np.ndarray:
         """Per row, `code_of(device)` as int32 (cached per generation under `name`).
 
-        With `rows`, only those rows are sure to be computed (others may read `UNCOMPUTED`): the
-        first mask of a new claim shape needs its selectors' values on the class's rows only.
+        `whole`, when given, computes the same for every row at once (from `attribute_table`);
+        it is used when nothing can be carried from the previous generation. Otherwise, with
+        `rows`, only those rows are sure to be computed (others may read `UNCOMPUTED`).
         `code_of` is a pure function of the device. Rows of nodes unchanged since the previous
         generation are copied from its column (the intern table is shared, so a carried code
         means the same value); the rebuilt nodes' rows are computed when asked for.
@@ -707,6 +733,8 @@ class DeviceIndex:
             if carry is not None and old is not None:
                 codes = carry.take(old)
                 codes[carry.fresh] = UNCOMPUTED
+            elif whole is not None:
+                codes = whole()
             else:
                 codes = np.full(self.num_rows, UNCOMPUTED, dtype=np.int32)
             self._attribute_codes.put(name, codes, codes.nbytes + len(name) + _ENTRY_OVERHEAD)

@@ -18,7 +18,7 @@ import pytest
 from extender import cel
 from extender.allocator.features import Features
 from extender.cluster.state import ClusterState
-from extender.index import selector_groups, snapshot
+from extender.index import attribute_table, selector_groups, snapshot
 from extender.index.snapshot import build_index
 from extender.objects import Obj
 from loadtests.fleet import generate_mixed_cluster
@@ -188,3 +188,53 @@ def test_group_ids_are_dense_and_equal_exactly_for_equal_columns() -> None:
     assert sorted(set(group.tolist())) == [0, 1, 2]
     assert group[0] == group[3] and group[2] == group[4]
     assert len({group[0], group[1], group[2]}) == 3
+
+
+READS = [
+    ("driver",),
+    ("allowMultipleAllocations",),
+    ("attributes", DRIVER, "model"),
+    ("attributes", DRIVER, "index"),
+    ("attributes", DRIVER, "tags"),
+    ("attributes", DRIVER, "version"),
+    ("attributes", DRIVER, "extra"),
+    ("attributes", "other.example.com", "zone"),
+    ("attributes", "a/b", "c"),
+    ("capacity", DRIVER, "memory"),
+    ("capacity", "other.example.com", "memory"),
+]
+
+
+@pytest.mark.parametrize("read", READS)
+def test_the_table_and_the_per_device_way_give_the_same_codes(read: tuple[str, ...]) -> None:
+    """Columns built from the attribute table (a new index) equal the per-device codes (the
+    rebuilt nodes' rows of a carried column); the awkward devices cover every special code."""
+    index = build_index(_awkward_state(), FEATURES)
+    one, whole = selector_groups.read_ways(index, read)
+    per_device = np.array([one(device) for device in index.row_device], dtype=np.int32)
+    assert np.array_equal(whole(), per_device)
+    plain = np.array([attribute_table.plain(d) for d in index.row_device])
+    assert np.array_equal(index.attribute_table().plain, plain)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [f"{DRIVER}/model", "model", f"{DRIVER}/tags", f"{DRIVER}/extra", "other.example.com/zone", "nothing"],
+)
+def test_attribute_codes_from_the_table_resolve_names_as_lookup_attribute(name: str) -> None:
+    from extender.allocator.constraints import lookup_attribute
+
+    index = build_index(_awkward_state(), FEATURES)
+    codes = index.attribute_codes(name)
+    for row, device in enumerate(index.row_device):
+        value = lookup_attribute(device, name)
+        if value is None or not any(
+            value.get(k) is not None
+            for k in ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+        ):
+            assert codes[row] == -1, (device.name, name)
+        elif any(value.get(k) is not None for k in ("ints", "bools", "strings", "versions")):
+            assert codes[row] == -2, (device.name, name)
+        else:
+            kind = next(k for k in ("int", "bool", "string", "version") if value.get(k) is not None)
+            assert codes[row] == index.intern((kind, value[kind])), (device.name, name)
