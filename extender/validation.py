@@ -534,8 +534,47 @@ def _slice(check: _Checker, obj: Obj) -> None:
         )
 
 
+_PLAIN_DEVICE_FIELDS = frozenset({"name", "attributes", "capacity"})
+
+
+def _plain_device(device: Obj) -> bool:
+    """The usual valid device: a name, scalar attributes and plain capacities, nothing else.
+
+    Checked without building a path per field (thousands of devices per second at start-up);
+    anything else, or any doubt, goes through the full `_device` check.
+    """
+    if not device.keys() <= _PLAIN_DEVICE_FIELDS:
+        return False
+    name, attributes, capacity = device.get("name"), device.get("attributes"), device.get("capacity")
+    attributes = {} if attributes is None else attributes  # not `or {}`: [] is a type error
+    capacity = {} if capacity is None else capacity
+    if type(name) is not str or not name or dns_label(name):
+        return False
+    if type(attributes) is not dict or type(capacity) is not dict:
+        return False
+    if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
+        return False
+    for key, attribute in attributes.items():
+        if type(key) is not str or qualified_name(key) or not _plain_scalar(attribute):
+            return False
+    for key, entry in capacity.items():
+        if (
+            type(key) is not str
+            or qualified_name(key)
+            or type(entry) is not dict
+            or entry.keys() != {"value"}
+        ):
+            return False
+        value = entry["value"]
+        if type(value) is not str or _quantity_problem(value):
+            return False
+    return len(attributes) <= MAX_ATTRIBUTE_VALUES
+
+
 def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> bool:
     """Check one device; returns whether it uses an 'advanced' feature (lower per-slice limit)."""
+    if not per_device and _plain_device(device):
+        return False
     check.string(device.get("name"), f"{path}.name", required=True, syntax=dns_label)
     attributes = check.mapping(device.get("attributes"), f"{path}.attributes") or {}
     capacity = check.mapping(device.get("capacity"), f"{path}.capacity") or {}
