@@ -534,11 +534,12 @@ def _slice(check: _Checker, obj: Obj) -> None:
         )
 
 
-_PLAIN_DEVICE_FIELDS = frozenset({"name", "attributes", "capacity"})
+_PLAIN_DEVICE_FIELDS = frozenset({"name", "attributes", "capacity", "consumesCounters"})
 
 
 def _plain_device(device: Obj) -> bool:
-    """The usual valid device: a name, scalar attributes and plain capacities, nothing else.
+    """The usual valid device: a name, scalar attributes, plain capacities and counter
+    consumptions (MIG partitions), nothing else.
 
     Checked without building a path per field (thousands of devices per second at start-up);
     anything else, or any doubt, goes through the full `_device` check.
@@ -568,13 +569,40 @@ def _plain_device(device: Obj) -> bool:
         value = entry["value"]
         if type(value) is not str or _quantity_problem(value):
             return False
-    return len(attributes) <= MAX_ATTRIBUTE_VALUES
+    return len(attributes) <= MAX_ATTRIBUTE_VALUES and _plain_consumptions(device.get("consumesCounters"))
+
+
+def _plain_consumptions(consumptions: Any) -> bool:
+    """`consumesCounters` absent, or valid entries of a counter set name and plain counters."""
+    if consumptions is None:
+        return True
+    if type(consumptions) is not list or len(consumptions) > MAX_COUNTER_CONSUMPTIONS_PER_DEVICE:
+        return False
+    sets: set[str] = set()
+    for consumption in consumptions:
+        if type(consumption) is not dict or not consumption.keys() <= {"counterSet", "counters"}:
+            return False
+        name, counters = consumption.get("counterSet"), consumption.get("counters")
+        if type(name) is not str or not name or dns_label(name) or name in sets:
+            return False
+        sets.add(name)
+        if counters is None:
+            continue
+        if type(counters) is not dict or len(counters) > MAX_COUNTERS_PER_SET:
+            return False
+        for key, counter in counters.items():
+            if type(key) is not str or counter_name(key) or type(counter) is not dict:
+                return False
+            value = counter.get("value")
+            if counter.keys() != {"value"} or type(value) is not str or _quantity_problem(value):
+                return False
+    return True
 
 
 def _device(check: _Checker, device: Obj, path: str, *, per_device: bool) -> bool:
     """Check one device; returns whether it uses an 'advanced' feature (lower per-slice limit)."""
     if not per_device and _plain_device(device):
-        return False
+        return bool(device.get("consumesCounters"))  # counters make the slice 'advanced'
     check.string(device.get("name"), f"{path}.name", required=True, syntax=dns_label)
     attributes = check.mapping(device.get("attributes"), f"{path}.attributes") or {}
     capacity = check.mapping(device.get("capacity"), f"{path}.capacity") or {}

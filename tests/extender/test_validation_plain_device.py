@@ -25,6 +25,7 @@ PLAIN: dict[str, Any] = {
         "driverVersion": {"version": "1.2.3"},
     },
     "capacity": {"memory": {"value": "80Gi"}},
+    "consumesCounters": [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "10Gi"}}}],
 }
 
 CHANGES: dict[str, Any] = {
@@ -49,6 +50,19 @@ CHANGES: dict[str, Any] = {
     "taints": lambda d: d.update(taints=[{"key": "k", "effect": "NoSchedule"}]),
     "node name": lambda d: d.update(nodeName="node-1"),
     "multiple allocations": lambda d: d.update(allowMultipleAllocations="yes"),
+    "no consumptions": lambda d: d.pop("consumesCounters"),
+    "empty consumptions": lambda d: d.update(consumesCounters=[]),
+    "consumptions not a list": lambda d: d.update(consumesCounters={}),
+    "three consumptions": lambda d: d.update(consumesCounters=[{"counterSet": f"s{i}"} for i in range(3)]),
+    "duplicate set": lambda d: d.update(consumesCounters=[{"counterSet": "s"}, {"counterSet": "s"}]),
+    "no set name": lambda d: d.update(consumesCounters=[{"counters": {}}]),
+    "bad set name": lambda d: d["consumesCounters"][0].update(counterSet="Bad_Set"),
+    "counters null": lambda d: d["consumesCounters"][0].update(counters=None),
+    "counters a list": lambda d: d["consumesCounters"][0].update(counters=[]),
+    "bad counter name": lambda d: d["consumesCounters"][0]["counters"].update({"Bad Name": {"value": "1"}}),
+    "bad counter value": lambda d: d["consumesCounters"][0]["counters"].update(memory={"value": "lots"}),
+    "counter without value": lambda d: d["consumesCounters"][0]["counters"].update(memory={}),
+    "compatibility groups": lambda d: d["consumesCounters"][0].update(compatibilityGroups=["a"]),
 }
 
 
