@@ -223,7 +223,10 @@ class _Carry:
     gather: np.ndarray
     fresh: np.ndarray
     same_rows: bool  # gather is every row itself but `fresh`: a copy does it (`patched`)
-    table: AttributeTable | None  # the previous generation's, when it was built
+    #: The newest attribute table built before this generation, and where its rows went (its
+    #: generation may be older than the previous one: the table is built only when needed).
+    table: AttributeTable | None
+    table_gather: np.ndarray | None
 
     def take(self, old: np.ndarray) -> np.ndarray:
         """The previous generation's column on this generation's rows; `fresh` rows are left as
@@ -601,14 +604,21 @@ class DeviceIndex:
         """Keep `previous`'s masks and codes with the row map `gather` (see `carry_from`)."""
         interned_limit = 4 * max(self.num_rows, previous.num_rows) + 4096
         codes: dict[str, np.ndarray] = {}
-        table = None
+        table: AttributeTable | None = None
+        table_gather: np.ndarray | None = None
         if len(previous._interned) <= interned_limit:
             # Codes of values no longer present stay interned until the table outgrows the
             # rows; past that, a fresh table (and codes built from nothing) bounds it.
             self._interned = previous._interned
             self._next_code = previous._next_code
             codes = dict(previous._attribute_codes.items())
-            table = previous._table
+            table, table_gather = previous._table, gather
+            if table is None and previous._carry is not None and previous._carry.table_gather is not None:
+                # The previous generation did not need its table: carry the one before through
+                # both row maps (a row new in either generation is filed again).
+                older = previous._carry.table_gather
+                table = previous._carry.table
+                table_gather = np.where(gather >= 0, older[np.maximum(gather, 0)], -1)
         self._carry = _Carry(
             masks=dict(previous._masks.items()),
             codes=codes,
@@ -619,6 +629,7 @@ class DeviceIndex:
             fresh=np.flatnonzero(gather < 0),
             same_rows=same_rows,
             table=table,
+            table_gather=table_gather if table is not None else None,
         )
 
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
@@ -689,14 +700,15 @@ class DeviceIndex:
 
     def attribute_table(self) -> AttributeTable:
         """Every row's interned attribute and capacity values (built once per generation, from
-        the previous generation's when it had one)."""
+        the newest earlier table when there is one: only the rows of nodes rebuilt since are
+        filed again)."""
         table = self._table
         if table is None:
             carry = self._carry
-            if carry is not None and carry.table is not None:
-                table = carry.table.carried(
-                    self.row_device, carry.gather, carry.fresh, self.intern, self._interned
-                )
+            if carry is not None and carry.table is not None and carry.table_gather is not None:
+                gather = carry.table_gather  # to the table's rows, maybe over generations
+                fresh = np.flatnonzero(gather < 0)
+                table = carry.table.carried(self.row_device, gather, fresh, self.intern, self._interned)
             else:
                 table = AttributeTable.build(self.row_device, self.intern, self._interned)
             self._table = table

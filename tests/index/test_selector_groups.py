@@ -238,3 +238,35 @@ def test_attribute_codes_from_the_table_resolve_names_as_lookup_attribute(name: 
         else:
             kind = next(k for k in ("int", "bool", "string", "version") if value.get(k) is not None)
             assert codes[row] == index.intern((kind, value[kind])), (device.name, name)
+
+
+def test_the_table_is_carried_through_generations_that_did_not_need_it() -> None:
+    """A slice change whose generation builds no new column leaves its table unbuilt; the next
+    generation carries the older table through both row maps instead of filing every device."""
+    from extender.index.attribute_table import AttributeTable
+
+    state = _awkward_state()
+    index = build_index(state, FEATURES)
+    index.mask("gpu", ())  # builds the table
+    for i, name in enumerate(("slice-1", "slice-2")):
+        raw = copy.deepcopy(state.get("ResourceSlice", name))
+        raw["metadata"]["resourceVersion"] = str(2 + i)
+        raw["spec"]["devices"][1]["attributes"]["index"] = {"int": 9 + i}
+        state.upsert(raw)
+        index = build_index(state, FEATURES, previous=index)
+    with mock.patch.object(AttributeTable, "build", side_effect=AssertionError("filed every device again")):
+        codes = index.attribute_codes(f"{DRIVER}/index")
+        read = selector_groups.read_ways(index, ("attributes", DRIVER, "index"))[1]()
+    fresh = build_index(state, FEATURES)
+    fresh_codes = fresh.attribute_codes(f"{DRIVER}/index")
+    fresh_read = selector_groups.read_ways(fresh, ("attributes", DRIVER, "index"))[1]()
+    for ours, theirs in ((codes, fresh_codes), (read, fresh_read)):
+        _assert_same_partition(ours, theirs)
+
+
+def _assert_same_partition(ours: np.ndarray, theirs: np.ndarray) -> None:
+    """Equal codes exactly where the other has equal codes, and the same special (negative) codes
+    (codes are interned per table, so only their equality means anything)."""
+    assert np.array_equal(ours < 0, theirs < 0) and np.array_equal(ours[ours < 0], theirs[theirs < 0])
+    pairs = set(zip(ours.tolist(), theirs.tolist(), strict=True))
+    assert len({a for a, _ in pairs}) == len(pairs) == len({b for _, b in pairs})
