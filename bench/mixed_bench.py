@@ -34,6 +34,8 @@ and each table are printed (`--markdown FILE` writes them as a docs section, `--
 `--json FILE` everything). `--quick` is a bounded smoke run (50 nodes, a few calls) for tests.
 
 CLI: `python -m bench.mixed_bench --nodes 1000 5000 10000 --cpu 1 --markdown /tmp/mixed.md`.
+`--kernel-threads N` sets the server's `kernel_threads` (and the in-process part's); with
+`--cpu 0 1` both cores are usable, for the comparison of 1 and 2 kernel threads in the docs.
 """
 
 from __future__ import annotations
@@ -297,7 +299,7 @@ def measure_in_process(objects: list[Obj], work: Workload, slice_calls: int) -> 
     from extender.cluster.state import ClusterState
     from extender.settings import Settings
 
-    settings = Settings()
+    settings = Settings(kernel_threads=int(os.environ.get("DRA_EXTENDER_KERNEL_THREADS", "1")))
     release_memory()
     state = ClusterState.from_objects(objects)
     wiring.prepare_kernels(settings)
@@ -542,6 +544,7 @@ def header(report: Obj) -> str:
     """Machine, command and method lines."""
     info = report["machine"]
     pinned = f", pinned to CPU {report['pinned_cpu']}" if report["pinned_cpu"] is not None else ", not pinned"
+    pinned += f"; kernel_threads {report.get('kernel_threads', 1)}"
     return "\n".join(
         [
             f"command: `{report['command']}`",
@@ -601,7 +604,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--pods", type=int, default=200, help="pending pods to generate (at least --cycles)")
     parser.add_argument("--seed", type=int, default=1, help="generator seed")
-    parser.add_argument("--cpu", type=int, help="pin this process and the server to this one CPU")
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        nargs="+",
+        help="pin this process and the server to these CPUs (one: a single core)",
+    )
+    parser.add_argument(
+        "--kernel-threads", type=int, default=1, help="the server's kernel_threads setting (default 1)"
+    )
     parser.add_argument("--state-format", choices=("json", "yaml"), default="json", help="state file format")
     parser.add_argument("--ready-timeout", type=float, default=3600.0, help="seconds to wait for /readyz")
     parser.add_argument("--http-timeout", type=float, default=600.0, help="seconds per HTTP call")
@@ -623,11 +634,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.nodes) < 1 or args.calls < 1 or args.cycles < 0 or args.slice_calls < 0:
         parser.error("--nodes and --calls must be >= 1, --cycles and --slice-calls >= 0")
     if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})  # the server inherits it
+        os.sched_setaffinity(0, set(args.cpu))  # the server inherits it
+    os.environ["DRA_EXTENDER_KERNEL_THREADS"] = str(args.kernel_threads)  # the server reads it
     report: Obj = {
         "command": shlex.join(["python", "-m", "bench.mixed_bench", *given]),
         "machine": machine_facts(),
-        "pinned_cpu": args.cpu,
+        "pinned_cpu": None if args.cpu is None else ",".join(map(str, args.cpu)),
+        "kernel_threads": args.kernel_threads,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seed": args.seed,
         "calls": args.calls,

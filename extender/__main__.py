@@ -60,25 +60,26 @@ def _run_serve(args: argparse.Namespace) -> int:
     source = "the kubernetes_version setting" if settings.kubernetes_version else "the file-mode default"
     _log_version(settings, source)
 
+    from extender import wiring
     from extender.cluster.loading import load_state_paths
     from extender.cluster.state import KINDS, ClusterState
     from extender.server import make_app
 
-    if settings.state_paths:
-        try:
-            objects = load_state_paths(settings.state_paths)
-        except StateLoadError as exc:
-            return _fail(str(exc))
-    else:
-        from extender.cluster import sample
+    with wiring.collection_paused():  # until build_services has collected and frozen the heap
+        if settings.state_paths:
+            try:
+                objects = load_state_paths(settings.state_paths)
+            except StateLoadError as exc:
+                return _fail(str(exc))
+        else:
+            from extender.cluster import sample
 
-        logger.info("serving the embedded sample cluster")
-        objects = sample.sample_objects()
-    state = ClusterState.from_objects(objects)
-    logger.info("cluster state: %s", ", ".join(f"{kind}={state.count(kind)}" for kind in KINDS))
-    from extender import wiring
-
-    placement, binder = wiring.build_services(settings, state)
+            logger.info("serving the embedded sample cluster")
+            objects = sample.sample_objects()
+        state = ClusterState.from_objects(objects)
+        del objects  # the state holds what it keeps
+        logger.info("cluster state: %s", ", ".join(f"{kind}={state.count(kind)}" for kind in KINDS))
+        placement, binder = wiring.build_services(settings, state)
     app = make_app(settings, placement=placement, binder=binder)
     _add_dashboard(app, settings, placement)
     _run_app(app, settings, ssl_context)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cel.semvers import SemverError, parse_semver
+from extender.cel.semvers import SemverError, parse_version_attribute
 from extender.cel.values import DomainMap
 from extender.errors import CelRuntimeError
 from extender.quantity import Quantity, QuantityError
@@ -100,7 +100,7 @@ def _scalar(name: str, kind: str, value: Any) -> Any:
         return value
     if kind == "version" and type(value) is str:
         try:
-            return parse_semver(value)
+            return parse_version_attribute(value)
         except SemverError as exc:
             raise CelRuntimeError(f"attribute {name}: parse semantic version: {exc}") from None
     raise CelRuntimeError(f"attribute {name}: {UNSUPPORTED}")

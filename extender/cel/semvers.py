@@ -12,6 +12,7 @@ state here exactly.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 _NUMBERS = frozenset("0123456789")
@@ -153,3 +154,20 @@ def _normalize(text: str) -> str:
 def _go_quote(text: str) -> str:
     """Go's %q for the ASCII-ish strings these messages carry."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_version_attribute(text: str) -> Semver:
+    """`parse_semver` of a version attribute, cached per text: a fleet publishes few distinct
+    driver and firmware versions on many devices. Semver values are immutable, so sharing is
+    safe; a text that does not parse raises each time (exceptions are not cached)."""
+    return parse_semver(text)
+
+
+def is_version(text: str) -> bool:
+    """Whether a version attribute's text parses (cached per text)."""
+    try:
+        parse_version_attribute(text)
+    except SemverError:
+        return False
+    return True

@@ -532,6 +532,11 @@ def variant(pod: Pod, needs: Needs, resources: tuple[str, ...]) -> Pod:
 def for_node(pod: Pod, node: str, state: ClusterState) -> Pod | str | None:
     """The variant bind uses on `node`, the reason the pod cannot go there, or None when the pod
     is not an extended-resource pod."""
+    if needs_of(pod, class_map(state)) is None:
+        # Not an extended-resource pod. Checked first: the index of annotated claims behind
+        # `stale_claim` is rebuilt per claims generation, which every bind moves (O(claims) per
+        # bind at thousands of nodes), and only an extended-resource pod can have such a claim.
+        return None
     made = stale_claim(pod, state)
     if made is not None and holds_for(made, pod.uid):
         # Its profile's DynamicResources plugin created and allocated it at PreBind, before this

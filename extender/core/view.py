@@ -31,7 +31,7 @@ from extender.core.assumed import AssumeCache
 from extender.core.held import HeldLedger
 from extender.index.counters import counter_columns
 from extender.index.snapshot import DeviceIndex, build_index
-from extender.index.topology import TopologyModel
+from extender.index.topology import TopologyModel, topology_attributes
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,10 @@ class ClusterView:
             # at 10,000 nodes otherwise spent its whole filter deadline evaluating the class).
             with contextlib.suppress(Exception):  # a class whose CEL fails is the pod's error later
                 index.mask(class_name, ())
+        for name in sorted(topology_attributes(index.topology.settings)):
+            # The attributes matchAttribute constraints name in practice (the topology levels'):
+            # their interned columns would otherwise be built by the first pod of each shape.
+            index.attribute_codes(name)
 
     def freeze_new_caches(self) -> None:
         """Move long-lived caches made since the last call out of the GC's generations (only when

@@ -34,10 +34,11 @@ their pairwise distances at `link_distance[link_offset[n]:]` (rows x rows, NaN w
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, count
 from typing import Any, TypeVar, overload
@@ -51,6 +52,8 @@ from extender.allocator.nodeselection import node_matches
 from extender.allocator.pools import NodePools, Pool, PoolCatalog, search_key
 from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import UPDATED, ClusterState, Key, object_key
+from extender.index import selector_groups
+from extender.index.attribute_table import MALFORMED, AttributeTable, value_code
 from extender.index.selecting import CachingEvaluator
 from extender.index.topology import NODE_LEVEL, TopologyModel
 from extender.lru import SizedLRU
@@ -95,6 +98,8 @@ MASK_CACHE_BYTES = 64 * 2**20
 #: Bytes of interned attribute columns (`attribute_codes`) one index keeps (LRU), 4 per row each.
 ATTRIBUTE_CODES_BYTES = 32 * 2**20
 _ENTRY_OVERHEAD = 512  # the record, two array headers, the key tuple, the cache entry
+#: A `device_column` entry not computed yet (computed on demand).
+UNCOMPUTED = np.iinfo(np.int32).min
 
 
 def _mask_size(key: MaskKey, mask: SelectorMask) -> int:
@@ -218,6 +223,10 @@ class _Carry:
     gather: np.ndarray
     fresh: np.ndarray
     same_rows: bool  # gather is every row itself but `fresh`: a copy does it (`patched`)
+    #: The newest attribute table built before this generation, and where its rows went (its
+    #: generation may be older than the previous one: the table is built only when needed).
+    table: AttributeTable | None
+    table_gather: np.ndarray | None
 
     def take(self, old: np.ndarray) -> np.ndarray:
         """The previous generation's column on this generation's rows; `fresh` rows are left as
@@ -348,6 +357,7 @@ class DeviceIndex:
         # their meaning; codes come from one counter so two threads never hand out the same one.
         self._interned: dict[tuple[str, Any], int] = {}
         self._next_code: Iterator[int] = count()
+        self._table: AttributeTable | None = None  # built on first need (`attribute_table`)
         # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
         self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
         # id(raw ResourceSlice) -> (raw, parsed Slice); lets the next build skip unchanged slices
@@ -594,12 +604,21 @@ class DeviceIndex:
         """Keep `previous`'s masks and codes with the row map `gather` (see `carry_from`)."""
         interned_limit = 4 * max(self.num_rows, previous.num_rows) + 4096
         codes: dict[str, np.ndarray] = {}
+        table: AttributeTable | None = None
+        table_gather: np.ndarray | None = None
         if len(previous._interned) <= interned_limit:
             # Codes of values no longer present stay interned until the table outgrows the
             # rows; past that, a fresh table (and codes built from nothing) bounds it.
             self._interned = previous._interned
             self._next_code = previous._next_code
             codes = dict(previous._attribute_codes.items())
+            table, table_gather = previous._table, gather
+            if table is None and previous._carry is not None and previous._carry.table_gather is not None:
+                # The previous generation did not need its table: carry the one before through
+                # both row maps (a row new in either generation is filed again).
+                older = previous._carry.table_gather
+                table = previous._carry.table
+                table_gather = np.where(gather >= 0, older[np.maximum(gather, 0)], -1)
         self._carry = _Carry(
             masks=dict(previous._masks.items()),
             codes=codes,
@@ -609,14 +628,18 @@ class DeviceIndex:
             gather=gather,
             fresh=np.flatnonzero(gather < 0),
             same_rows=same_rows,
+            table=table,
+            table_gather=table_gather if table is not None else None,
         )
 
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
         """Rows selected by the class selectors then the request selectors (cached).
 
-        Evaluates CEL once per device and expression (results live on the devices); this is
-        the only place the filter path can run CEL, and only the first time a selector is seen.
-        Rows of nodes unchanged since the previous generation are copied from its mask.
+        CEL runs once per group of devices that read equal values (`selector_groups`), else once
+        per device, and results live on the devices; this is the only place the filter path can
+        run CEL, and only the first time a selector is seen. Request selectors are evaluated only
+        on the rows the class mask selects (as the allocator, which tries the class first). Rows
+        of nodes unchanged since the previous generation are copied from its mask.
         """
         key = (class_name, selectors)
         cached = self._masks.get(key)
@@ -628,19 +651,22 @@ class DeviceIndex:
         old = carry.masks.get(key) if carry is not None else None
         if carry is not None and old is not None and carry.class_exprs.get(class_name) == class_exprs:
             match, error = carry.take(old.match), carry.take(old.error)
-            todo: Iterable[int] = carry.fresh.tolist()
+            rows = carry.fresh
         else:  # a new selector, or the class's selectors changed: evaluate everything
             match = np.zeros(self.num_rows, dtype=bool)
             error = np.zeros(self.num_rows, dtype=bool)
-            todo = range(self.num_rows)
-        verdicts: dict[int, tuple[bool, bool]] = {}
-        for row in todo:
-            device = self.row_device[row]
-            verdict = verdicts.get(id(device))
-            if verdict is None:
-                verdict = self._evaluate(class_exprs, selectors, device)
-                verdicts[id(device)] = verdict
-            match[row], error[row] = verdict
+            rows = np.arange(self.num_rows)
+        match[rows] = False
+        error[rows] = False
+        expressions = (*class_exprs, *selectors)
+        if class_exprs and selectors:
+            by_class = self.mask(class_name, ())
+            error[rows] = by_class.error[rows]
+            rows = rows[by_class.match[rows]]
+            expressions = selectors
+        selector_groups.evaluate_rows(
+            self, rows, expressions, functools.partial(self._evaluate, expressions), match, error
+        )
         result = SelectorMask(match=match, error=error)
         self._masks.put(key, result, _mask_size(key, result))
         return result
@@ -651,54 +677,96 @@ class DeviceIndex:
         -1: the device lacks the attribute (or its type is unknown); -2: a list value, which the
         topology kernels do not model (such pods keep upstream's search for their device choice).
         Equal codes mean equal typed values, as matchAttribute/distinctAttribute compare them.
-        Rows of nodes unchanged since the previous generation are copied from its codes (the
-        intern table is shared, so a carried code means the same value).
+        Resolved as upstream's lookupAttribute: the exact name, else the bare id when the domain
+        is the device's driver.
         """
-        cached = self._attribute_codes.get(name)
-        if cached is not None:
-            return cached
         from extender.allocator.constraints import lookup_attribute
 
-        carry = self._carry
-        old = carry.codes.get(name) if carry is not None else None
-        if carry is not None and old is not None:
-            codes = carry.take(old)
-            todo: Iterable[int] = carry.fresh.tolist()
-        else:
-            codes = np.full(self.num_rows, -1, dtype=np.int32)
-            todo = range(self.num_rows)
-        interned, next_code = self._interned, self._next_code
-        by_device: dict[int, int] = {}
-        row_device = self.row_device
-        for row in todo:
-            device = row_device[row]
-            code = by_device.get(id(device))
-            if code is None:
-                code = -1
-                value = lookup_attribute(device, name)
-                if value is not None:
-                    if any(value.get(k) is not None for k in ("ints", "bools", "strings", "versions")):
-                        code = -2
-                    else:
-                        for kind in ("int", "bool", "string", "version"):
-                            if value.get(kind) is not None:
-                                typed = (kind, value[kind])
-                                code = interned.get(typed)
-                                if code is None:
-                                    code = interned.setdefault(typed, next(next_code))
-                                break
-                by_device[id(device)] = code
-            codes[row] = code
-        self._attribute_codes.put(name, codes, codes.nbytes + len(name) + _ENTRY_OVERHEAD)
+        def one(device: Device) -> int:
+            code = value_code(lookup_attribute(device, name), self.intern)
+            return -1 if code == MALFORMED else code
+
+        def whole() -> np.ndarray:
+            table = self.attribute_table()
+            codes = table.column(table.attributes, name)
+            domain, sep, ident = name.partition("/")
+            if sep:
+                bare = (codes == -1) & (table.driver == self.intern(("driver", domain)))
+                codes[bare] = table.column(table.attributes, ident)[bare]
+            codes[codes == MALFORMED] = -1
+            return codes
+
+        return self.device_column(name, one, whole=whole)
+
+    def attribute_table(self) -> AttributeTable:
+        """Every row's interned attribute and capacity values (built once per generation, from
+        the newest earlier table when there is one: only the rows of nodes rebuilt since are
+        filed again)."""
+        table = self._table
+        if table is None:
+            carry = self._carry
+            if carry is not None and carry.table is not None and carry.table_gather is not None:
+                gather = carry.table_gather  # to the table's rows, maybe over generations
+                fresh = np.flatnonzero(gather < 0)
+                table = carry.table.carried(self.row_device, gather, fresh, self.intern, self._interned)
+            else:
+                table = AttributeTable.build(self.row_device, self.intern, self._interned)
+            self._table = table
+        return table
+
+    def intern(self, typed: tuple[str, Any]) -> int:
+        """The code of a hashable value, the same for equal values in this and carried generations."""
+        code = self._interned.get(typed)
+        if code is None:
+            code = self._interned.setdefault(typed, next(self._next_code))
+        return code
+
+    def device_column(
+        self,
+        name: str,
+        code_of: Callable[[Device], int],
+        rows: np.ndarray | None = None,
+        *,
+        whole: Callable[[], np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Per row, `code_of(device)` as int32 (cached per generation under `name`).
+
+        `whole`, when given, computes the same for every row at once (from `attribute_table`);
+        it is used when nothing can be carried from the previous generation. Otherwise, with
+        `rows`, only those rows are sure to be computed (others may read `UNCOMPUTED`).
+        `code_of` is a pure function of the device. Rows of nodes unchanged since the previous
+        generation are copied from its column (the intern table is shared, so a carried code
+        means the same value); the rebuilt nodes' rows are computed when asked for.
+        """
+        codes = self._attribute_codes.get(name)
+        if codes is None:
+            carry = self._carry
+            old = carry.codes.get(name) if carry is not None else None
+            if carry is not None and old is not None:
+                codes = carry.take(old)
+                codes[carry.fresh] = UNCOMPUTED
+            elif whole is not None:
+                codes = whole()
+            else:
+                codes = np.full(self.num_rows, UNCOMPUTED, dtype=np.int32)
+            self._attribute_codes.put(name, codes, codes.nbytes + len(name) + _ENTRY_OVERHEAD)
+        wanted = np.arange(self.num_rows) if rows is None else rows
+        todo = wanted[codes[wanted] == UNCOMPUTED]
+        if len(todo):
+            # Only UNCOMPUTED entries are written, each with its one value: a reader on another
+            # thread sees either that or the value, and computes the former itself.
+            row_device = self.row_device
+            codes[todo] = np.fromiter(
+                (code_of(row_device[row]) for row in todo.tolist()), dtype=np.int32, count=len(todo)
+            )
         return codes
 
-    def _evaluate(
-        self, class_exprs: tuple[str, ...], request_exprs: tuple[str, ...], device: Device
-    ) -> tuple[bool, bool]:
+    def _evaluate(self, expressions: tuple[str, ...], device: Device) -> tuple[bool, bool]:
+        """(selected, failed) of one device: every expression in turn, stopping at the first no."""
         from extender.errors import CelRuntimeError
 
         try:
-            for expression in (*class_exprs, *request_exprs):
+            for expression in expressions:
                 if not self.evaluator.evaluate(expression, device):
                     return False, False
         except CelRuntimeError:

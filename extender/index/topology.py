@@ -174,6 +174,11 @@ def parse_drivers(raw: Any, where: str) -> dict[str, dict[str, tuple[str, ...]]]
     return out
 
 
+def topology_attributes(settings: TopologySettings) -> set[str]:
+    """Every attribute name the settings read for a level, over all drivers."""
+    return {name for levels in settings.drivers.values() for names in levels.values() for name in names}
+
+
 class TopologyModel:
     """Device coordinates and node link matrices under one TopologySettings."""
 

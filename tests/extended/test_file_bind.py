@@ -54,3 +54,19 @@ def test_bind_creates_the_claim_and_records_it_on_the_pod() -> None:
     )
     verdict = placement.filter(other, ["dra"])
     assert verdict.passed == [] and "dra" in verdict.failed
+
+
+def test_a_pod_without_extended_resources_does_not_look_for_its_claim(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`for_node` answers "not an extended-resource pod" before indexing the annotated claims:
+    that index is rebuilt per claims generation, which each bind moves (O(claims) per bind)."""
+    from extender.core import extended
+
+    placement = c.placement(cluster())
+    looked: list[str] = []
+    monkeypatch.setattr(extended, "stale_claim", lambda pod, state: looked.append(pod.name))
+    plain = gpu_pod(limits("main", {"cpu": "1"}))
+    assert extended.for_node(plain, "dra", placement.state) is None
+    assert looked == []
+    extended.for_node(gpu_pod(limits("main", {GPU: "1"})), "dra", placement.state)
+    assert looked and set(looked) == {"job"}  # an extended-resource pod still looks for an earlier claim
+    placement.worker.close()

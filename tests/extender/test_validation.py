@@ -531,7 +531,7 @@ def test_derived_attributes_are_checked_at_the_edge() -> None:
 
 def test_attribute_fast_path_still_reports_bad_values_and_names() -> None:
     """Valid scalar attributes under names seen valid before skip the path text
-    (`validation._plain_attribute`); a bad value under such a name, or a bad name, is still
+    (`validation._plain_scalar`); a bad value under such a name, or a bad name, is still
     reported with its path."""
     slice_ = copy.deepcopy(_gpu_slice(sample_objects()))
     assert problems(slice_) == []  # the names are now known to be valid

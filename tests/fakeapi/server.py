@@ -33,12 +33,12 @@ import kubernetes.client
 import orjson
 from aiohttp import web
 
+from extender.objects import Obj
 from tests.fakeapi.store import (
     BY_RESOURCE,
     ApiError,
     Event,
     Expired,
-    Obj,
     ResourceType,
     Store,
     not_found,
@@ -275,7 +275,8 @@ class FakeApiServer:
     def list_objects(self, kind: str) -> list[Obj]:
         """Deep copies of all stored objects of one kind."""
         items, _ = self.store.list(resolve_type(kind))
-        return orjson.loads(orjson.dumps(items))
+        copies: list[Obj] = orjson.loads(orjson.dumps(items))
+        return copies
 
     def delete_object(self, kind: str, name: str, namespace: str = "") -> Obj | None:
         """Delete as the API would (finalizers set deletionTimestamp); None if it did not exist."""

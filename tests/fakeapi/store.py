@@ -13,6 +13,7 @@ in place: each write stores a new dict, so history events and list results can s
 
 from __future__ import annotations
 
+import builtins
 import copy
 import datetime
 import secrets
@@ -235,7 +236,7 @@ class Store:
 
     def events_after(
         self, rv: int, rtype: ResourceType, namespace: str = "", *, starting: bool = True
-    ) -> tuple[list[Event], int]:
+    ) -> tuple[builtins.list[Event], int]:  # `list` here is the method above
         """History events of one type after `rv`, and the RV the answer is complete up to.
 
         Args:

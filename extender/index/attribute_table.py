@@ -1,0 +1,214 @@
+"""Every row's published attribute and capacity values, interned, kept as entries per name.
+
+One pass over the devices interns each attribute value (`(kind, value)`) and capacity value
+(`("quantity", text)`) and files it under the name as published (`gpu.nvidia.com/uuid`, or
+bare `uuid`): per name the rows that carry it and their codes. Any column a mask or a constraint
+needs (`DeviceIndex.attribute_codes`, the read values of `selector_groups`) is then a few array
+operations over the entries of one or two names, not a Python call per device: the first pod of
+a new claim shape at thousands of nodes no longer walks every device (issue 21 item 4).
+
+A new index generation keeps the previous generation's entries for rows of unchanged nodes (the
+row map of `carry_from`) and files the rebuilt nodes' devices again, so a slice change costs its
+own devices plus array work over the entries. Memory is proportional to the published values
+(8 bytes per value), whatever the number of distinct names.
+
+Codes: >= 0 interned values (equal codes, equal typed values), -1 absent, LIST (-2) a list
+value, MALFORMED (-4) a value of no single known kind (upstream's CEL refuses the device; the
+constraints see no value). `plain` says per row whether the device's CEL input is built from
+single scalar values of their declared kind (see `selector_groups`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from extender import cel
+from extender.allocator.model import Device
+
+LIST = -2
+MALFORMED = -4
+_SCALAR_TYPES: dict[str, type] = {"int": int, "bool": bool, "string": str, "version": str}
+_LIST_KINDS = ("ints", "bools", "strings", "versions")
+_SCALAR_KINDS = ("int", "bool", "string", "version")
+
+Intern = Callable[[tuple[str, Any]], int]
+Entries = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (rows int64, codes int32)
+
+
+def value_code(value: Any, intern: Intern) -> int:
+    """The code of one published attribute value (see the module docstring)."""
+    if type(value) is not dict:
+        return MALFORMED
+    if len(value) == 1:  # the usual attribute: one scalar of its kind's type
+        ((kind, item),) = value.items()
+        if type(item) is _SCALAR_TYPES.get(kind):
+            return intern((kind, item))
+    if any(value.get(k) is not None for k in _LIST_KINDS):
+        return LIST
+    for kind in _SCALAR_KINDS:
+        item = value.get(kind)
+        if item is not None:
+            return intern((kind, item)) if isinstance(item, int | str) else MALFORMED
+    return MALFORMED
+
+
+def plain(device: Device) -> bool:
+    """Whether the device's CEL input is built from single scalar values of their declared kind."""
+    for raw in device.attributes.values():
+        if type(raw) is not dict or len(raw) != 1:
+            return False
+        ((kind, item),) = raw.items()
+        if type(item) is not _SCALAR_TYPES.get(kind):
+            return False
+        if kind == "version" and not cel.is_version(str(item)):
+            return False
+    return True
+
+
+class AttributeTable:
+    """The interned attribute and capacity values of every row of one index generation."""
+
+    __slots__ = ("attributes", "capacity", "driver", "multiple", "num_rows", "plain")
+
+    def __init__(self, num_rows: int, attributes: Entries, capacity: Entries, flags: _Flags) -> None:
+        self.num_rows = num_rows
+        self.attributes = attributes
+        self.capacity = capacity
+        self.plain: np.ndarray = flags.plain  # bool per row
+        self.driver: np.ndarray = flags.driver  # int32 per row: interned ("driver", name)
+        self.multiple: np.ndarray = flags.multiple  # bool per row: allowMultipleAllocations
+
+    @classmethod
+    def build(
+        cls, row_device: Sequence[Device], intern: Intern, known: Mapping[tuple[str, Any], int]
+    ) -> AttributeTable:
+        """File every row's values (one pass over the devices). `known` is what `intern` has
+        interned so far (read directly: this runs once per published value)."""
+        attributes, capacity, flags = _file(row_device, np.arange(len(row_device)), intern, known)
+        return cls(len(row_device), attributes, capacity, flags)
+
+    def carried(
+        self,
+        row_device: Sequence[Device],
+        gather: np.ndarray,
+        fresh: np.ndarray,
+        intern: Intern,
+        known: Mapping[tuple[str, Any], int],
+    ) -> AttributeTable:
+        """This (previous) generation's entries on a new generation's rows.
+
+        `gather[row]` is this table's row for a new row of an unchanged node, -1 for a `fresh`
+        row (a rebuilt node's), whose devices are filed again.
+        """
+        new_row = np.full(self.num_rows, -1, dtype=np.int64)
+        kept = np.flatnonzero(gather >= 0)
+        new_row[gather[kept]] = kept
+        added_attributes, added_capacity, added = _file(row_device, fresh, intern, known)
+        flags = _Flags(
+            np.zeros(len(gather), dtype=bool),
+            np.full(len(gather), -1, dtype=np.int32),
+            np.zeros(len(gather), dtype=bool),
+        )
+        for mine, theirs, new in zip(flags, (self.plain, self.driver, self.multiple), added, strict=True):
+            mine[kept] = theirs[gather[kept]]
+            mine[fresh] = new
+        return AttributeTable(
+            len(gather),
+            _moved(self.attributes, new_row, added_attributes),
+            _moved(self.capacity, new_row, added_capacity),
+            flags,
+        )
+
+    def column(self, entries: Entries, name: str) -> np.ndarray:
+        """Per row, the code filed under `name` in `entries` (-1 where absent)."""
+        out = np.full(self.num_rows, -1, dtype=np.int32)
+        found = entries.get(name)
+        if found is not None:
+            out[found[0]] = found[1]
+        return out
+
+
+class _Flags(NamedTuple):
+    plain: np.ndarray
+    driver: np.ndarray
+    multiple: np.ndarray
+
+
+def _file(
+    row_device: Sequence[Device], rows: np.ndarray, intern: Intern, known: Mapping[tuple[str, Any], int]
+) -> tuple[Entries, Entries, _Flags]:
+    """The entries and per-row flags of `rows`."""
+    attribute_rows: dict[str, list[int]] = {}
+    attribute_codes: dict[str, list[int]] = {}
+    capacity_rows: dict[str, list[int]] = {}
+    capacity_codes: dict[str, list[int]] = {}
+    plains: list[bool] = []
+    drivers: list[int] = []
+    multiple: list[bool] = []
+    scalar_types = _SCALAR_TYPES
+    for row in rows.tolist():
+        device = row_device[row]
+        is_plain = True
+        for name, raw in device.attributes.items():
+            # Inlined `value_code` and `plain` for the usual single scalar: this loop runs once per
+            # published value (millions at 5,000 nodes).
+            code = -1
+            if type(raw) is dict and len(raw) == 1:
+                ((kind, item),) = raw.items()
+                if type(item) is scalar_types.get(kind):
+                    key = (kind, item)
+                    code = known.get(key, -1)
+                    if code < 0:
+                        code = intern(key)
+                    if kind == "version" and not cel.is_version(str(item)):
+                        is_plain = False
+            if code < 0:
+                code = value_code(raw, intern)
+                is_plain = False
+            found = attribute_rows.get(name)
+            if found is None:
+                attribute_rows[name], attribute_codes[name] = [row], [code]
+            else:
+                found.append(row)
+                attribute_codes[name].append(code)
+        for name, spec in device.capacity.items():
+            code = intern(("quantity", str(spec.value)))
+            found = capacity_rows.get(name)
+            if found is None:
+                capacity_rows[name], capacity_codes[name] = [row], [code]
+            else:
+                found.append(row)
+                capacity_codes[name].append(code)
+        plains.append(is_plain)
+        drivers.append(intern(("driver", device.id.driver)))
+        multiple.append(device.allow_multiple_allocations)
+    flags = _Flags(
+        np.array(plains, dtype=bool), np.array(drivers, dtype=np.int32), np.array(multiple, dtype=bool)
+    )
+    return _arrays(attribute_rows, attribute_codes), _arrays(capacity_rows, capacity_codes), flags
+
+
+def _arrays(rows: dict[str, list[int]], codes: dict[str, list[int]]) -> Entries:
+    return {
+        name: (np.array(found, dtype=np.int64), np.array(codes[name], dtype=np.int32))
+        for name, found in rows.items()
+    }
+
+
+def _moved(entries: Entries, new_row: np.ndarray, added: Entries) -> Entries:
+    """`entries` on the new rows (entries of rows that are gone dropped), plus `added`."""
+    out: Entries = {}
+    for name, (rows, codes) in entries.items():
+        moved = new_row[rows]
+        keep = moved >= 0
+        out[name] = (moved[keep], codes[keep])
+    for name, (rows, codes) in added.items():
+        if name in out:
+            old_rows, old_codes = out[name]
+            out[name] = (np.concatenate([old_rows, rows]), np.concatenate([old_codes, codes]))
+        else:
+            out[name] = (rows, codes)
+    return {name: pair for name, pair in out.items() if len(pair[0])}
