@@ -22,8 +22,8 @@ each time, 5 s timeout) and records each latency with the phase it started in:
 Probes before the server listens (connection refused) are counted, not timed. Reported per
 phase: probes, p50 / p99 / max latency in ms, and how long the phase took.
 
-CLI: `python -m bench.healthz_bench --nodes 1000 5000 --markdown /tmp/healthz.md`; `--quick` is
-a smoke run for tests (50 nodes, a burst of 5).
+CLI: `python -m bench.healthz_bench --nodes 1000 5000 --server-cpu 1 --bench-cpu 0 --markdown
+/tmp/healthz.md`; `--quick` is a smoke run for tests (50 nodes, a burst of 5).
 """
 
 from __future__ import annotations
@@ -216,6 +216,7 @@ def run_size(nodes: int, args: argparse.Namespace, scratch: Path) -> Obj:
                 _until_answered(port, body, time.monotonic() + args.timeout)
                 started = time.perf_counter() - launched
                 before = _generation(port)
+                print(f"{nodes} nodes: answered after {started:.1f} s (generation {before})", file=sys.stderr)
                 prober.mark("burst")
                 burst_began = time.perf_counter()
                 for i, item in enumerate(changed):
@@ -226,7 +227,9 @@ def run_size(nodes: int, args: argparse.Namespace, scratch: Path) -> Obj:
                 deadline = time.monotonic() + args.timeout
                 while True:  # a filter brings the index up to date; /metrics reports its generation
                     _until_answered(port, body, deadline)
-                    if _generation(port) >= before + len(changed) or time.monotonic() > deadline:
+                    now = _generation(port)
+                    print(f"  generation {now}, waiting for {before + len(changed)}", file=sys.stderr)
+                    if now >= before + len(changed) or time.monotonic() > deadline:
                         break
                 burst = time.perf_counter() - burst_began
             finally:
@@ -244,14 +247,19 @@ def run_size(nodes: int, args: argparse.Namespace, scratch: Path) -> Obj:
     }
 
 
+def _cpu(cpu: int | None) -> str:
+    return "any" if cpu is None else str(cpu)
+
+
 def markdown(report: Obj) -> str:
     info = report["machine"]
     lines = [
         "## `/healthz` during start-up and a slice burst (`bench/healthz_bench.py`)",
         "",
         f"command: `{report['command']}`",
-        f"machine: {info['cpu']}, {info['cores']} cores; server on CPU {report['server_cpu']}, fake API and "
-        f"prober on CPU {report['bench_cpu']}; {info['implementation']} {info['python']}; {report['date']}",
+        f"machine: {info['cpu']}, {info['cores']} cores; server on CPU {_cpu(report['server_cpu'])}, "
+        f"fake API and prober on CPU {_cpu(report['bench_cpu'])}; {info['implementation']} "
+        f"{info['python']}; {report['date']}",
         f"method: a /healthz probe every {report['interval'] * 1000:.0f} ms, new connection each",
         "",
         "| nodes | phase | seconds | probes | p50 / p99 / max ms |",
@@ -280,8 +288,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--burst", type=int, default=200, help="slices updated in the burst")
     parser.add_argument("--interval", type=float, default=0.02, help="seconds between probes")
     parser.add_argument("--seed", type=int, default=1, help="generator seed")
-    parser.add_argument("--server-cpu", type=int, default=1, help="pin the extender to this CPU")
-    parser.add_argument("--bench-cpu", type=int, default=0, help="pin the fake API and the prober here")
+    parser.add_argument("--server-cpu", type=int, help="pin the extender to this CPU")
+    parser.add_argument("--bench-cpu", type=int, help="pin this process (fake API, prober) to this CPU")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per phase at most")
     parser.add_argument("--quick", action="store_true", help="smoke run: 50 nodes, a burst of 5 (tests)")
     parser.add_argument("--markdown", type=Path, help="write the docs section here")

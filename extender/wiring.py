@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: At most this long the cyclic GC stays off while kube mode waits for its first sync.
+SYNC_GC_PAUSE_SECONDS = 300.0
+
 
 def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, InMemoryBinder]:
     """Placement and binder for file/sample mode; builds the device index once up front."""
@@ -152,10 +155,23 @@ def kube_app_context(
     from extender.kube.lease import LeaderElector
 
     async def warm_after_sync() -> None:
-        while not source.synced():
-            await asyncio.sleep(0.1)
-        await placement.worker.run(placement.warm)
-        freeze_heap()
+        # As `serve` from a file: no cyclic collection while the first lists fill the state and
+        # the index is built (each full collection would walk everything built so far); the
+        # collector is back on once the heap is frozen, or after SYNC_GC_PAUSE_SECONDS at most
+        # (a cache that cannot sync must not leave it off).
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            paused_until = asyncio.get_running_loop().time() + SYNC_GC_PAUSE_SECONDS
+            while not source.synced():
+                if asyncio.get_running_loop().time() > paused_until and was_enabled:
+                    gc.enable()
+                await asyncio.sleep(0.1)
+            await placement.worker.run(placement.warm)
+            freeze_heap()
+        finally:
+            if was_enabled:
+                gc.enable()
 
     async def app_context(app: Any) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
