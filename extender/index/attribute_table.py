@@ -140,61 +140,73 @@ class _Flags(NamedTuple):
 def _file(
     row_device: Sequence[Device], rows: np.ndarray, intern: Intern, known: Mapping[tuple[str, Any], int]
 ) -> tuple[Entries, Entries, _Flags]:
-    """The entries and per-row flags of `rows`."""
-    attribute_rows: dict[str, list[int]] = {}
-    attribute_codes: dict[str, list[int]] = {}
-    capacity_rows: dict[str, list[int]] = {}
-    capacity_codes: dict[str, list[int]] = {}
+    """The entries and per-row flags of `rows`.
+
+    This loop runs once per published value (millions at 5,000 nodes), so it is written for
+    speed: value objects are mostly shared between devices (`extender.cluster.compact`), so each
+    is coded once per call (by identity: every one is alive for the whole call).
+    """
+    attributes: dict[str, tuple[list[int], list[int]]] = {}
+    capacities: dict[str, tuple[list[int], list[int]]] = {}
+    coded: dict[int, tuple[int, bool]] = {}  # id(value) -> (code, plain)
+    quantities: dict[int, int] = {}  # id(CapacitySpec) -> code
+    driver_codes: dict[str, int] = {}
     plains: list[bool] = []
     drivers: list[int] = []
     multiple: list[bool] = []
-    scalar_types = _SCALAR_TYPES
     for row in rows.tolist():
         device = row_device[row]
         is_plain = True
         for name, raw in device.attributes.items():
-            # Inlined `value_code` and `plain` for the usual single scalar: this loop runs once per
-            # published value (millions at 5,000 nodes).
-            code = -1
-            if type(raw) is dict and len(raw) == 1:
-                ((kind, item),) = raw.items()
-                if type(item) is scalar_types.get(kind):
-                    key = (kind, item)
-                    code = known.get(key, -1)
-                    if code < 0:
-                        code = intern(key)
-                    if kind == "version" and not cel.is_version(str(item)):
-                        is_plain = False
-            if code < 0:
-                code = value_code(raw, intern)
-                is_plain = False
-            found = attribute_rows.get(name)
+            found = coded.get(id(raw))
             if found is None:
-                attribute_rows[name], attribute_codes[name] = [row], [code]
-            else:
-                found.append(row)
-                attribute_codes[name].append(code)
+                found = coded[id(raw)] = _code_and_plain(raw, intern, known)
+            code, plain_value = found
+            is_plain = is_plain and plain_value
+            entries = attributes.get(name)
+            if entries is None:
+                entries = attributes[name] = ([], [])
+            entries[0].append(row)
+            entries[1].append(code)
         for name, spec in device.capacity.items():
-            code = intern(("quantity", str(spec.value)))
-            found = capacity_rows.get(name)
-            if found is None:
-                capacity_rows[name], capacity_codes[name] = [row], [code]
-            else:
-                found.append(row)
-                capacity_codes[name].append(code)
+            code = quantities.get(id(spec), -1)
+            if code < 0:
+                code = quantities[id(spec)] = intern(("quantity", str(spec.value)))
+            entries = capacities.get(name)
+            if entries is None:
+                entries = capacities[name] = ([], [])
+            entries[0].append(row)
+            entries[1].append(code)
         plains.append(is_plain)
-        drivers.append(intern(("driver", device.id.driver)))
+        driver = device.id.driver
+        code = driver_codes.get(driver, -1)
+        if code < 0:
+            code = driver_codes[driver] = intern(("driver", driver))
+        drivers.append(code)
         multiple.append(device.allow_multiple_allocations)
     flags = _Flags(
         np.array(plains, dtype=bool), np.array(drivers, dtype=np.int32), np.array(multiple, dtype=bool)
     )
-    return _arrays(attribute_rows, attribute_codes), _arrays(capacity_rows, capacity_codes), flags
+    return _arrays(attributes), _arrays(capacities), flags
 
 
-def _arrays(rows: dict[str, list[int]], codes: dict[str, list[int]]) -> Entries:
+def _code_and_plain(raw: Any, intern: Intern, known: Mapping[tuple[str, Any], int]) -> tuple[int, bool]:
+    """A value's code, and whether CEL converts it plainly (`plain`)."""
+    if type(raw) is dict and len(raw) == 1:
+        ((kind, item),) = raw.items()
+        if type(item) is _SCALAR_TYPES.get(kind):
+            key = (kind, item)
+            code = known.get(key, -1)
+            if code < 0:
+                code = intern(key)
+            return code, kind != "version" or cel.is_version(str(item))
+    return value_code(raw, intern), False
+
+
+def _arrays(entries: dict[str, tuple[list[int], list[int]]]) -> Entries:
     return {
-        name: (np.array(found, dtype=np.int64), np.array(codes[name], dtype=np.int32))
-        for name, found in rows.items()
+        name: (np.array(rows, dtype=np.int64), np.array(codes, dtype=np.int32))
+        for name, (rows, codes) in entries.items()
     }
 
 
