@@ -54,6 +54,9 @@ class FirstFitPlan:
     counter_nodes: np.ndarray  # bool [nodes]: a selected device consumes counters
     has_all: bool
     prioritized_requests: int  # requests with `firstAvailable` (for the preference score)
+    #: bool [nodes]: some request cannot be met even with every device free (each of its slots
+    #: counts fewer selectable rows than it asks for): the kernel's search would find nothing there.
+    short_nodes: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,20 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
     def ints(items: list[int]) -> np.ndarray:
         return np.asarray(items, dtype=np.int64)
 
+    # A request whose every slot asks for more rows than the node has selectable (candidates == 1,
+    # the only rows the kernel takes) cannot be met there, whatever is free.
+    short_nodes = np.zeros(num_nodes, dtype=bool)
+    for q, first in enumerate(req_first_slot):
+        short = np.ones(num_nodes, dtype=bool)
+        for s in range(first, first + max(req_subs[q], 1)):
+            spec = slots[s][4]
+            if spec.mode != EXACT_COUNT:
+                short[:] = False
+                break
+            selectable = np.bincount(index.row_node[candidates[s] == 1], minlength=num_nodes)
+            short &= selectable < spec.count
+        short_nodes |= short
+
     return FirstFitPlan(
         claim_first_req=ints(claim_first_req),
         req_first_slot=ints(req_first_slot),
@@ -187,6 +204,7 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
         counter_nodes=counter_nodes,
         has_all=has_all,
         prioritized_requests=prioritized,
+        short_nodes=short_nodes,
     )
 
 
@@ -237,9 +255,12 @@ def run(
     skip = pod.awkward_nodes[positions] | (
         columns.overdrawn_nodes(available)[positions] & pod.counter_nodes[positions]
     )
-    todo = np.flatnonzero(~skip)
+    # Nodes where a request cannot be met even with all free: the search finds nothing there.
+    short = ~skip & pod.short_nodes[positions]
+    todo = np.flatnonzero(~skip & ~short)
     width = MAX_DEVICES_PER_CLAIM * (len(pod.claim_first_req) - 1)
     status = np.full(len(positions), kernel.STATUS_UNKNOWN, dtype=np.int8)
+    status[short] = kernel.STATUS_NONE
     chosen = np.full((len(positions), width), -1, dtype=np.int64)
     chosen_slot = np.full((len(positions), width), -1, dtype=np.int64)
     if len(todo):
