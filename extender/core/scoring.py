@@ -525,7 +525,12 @@ def partition_choices(
     missing = positions[memo.chosen[positions] == _UNKNOWN]
     if len(missing):
         missing = np.unique(missing)
-        memo.chosen[missing] = _partition_choices(index, groups, missing, spec, free, relevant, settings)
+        if memo.eligible is None:
+            mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+            memo.eligible = selected_rows(index, spec)[0] & groups.row_counters_only & ~mask.error
+        memo.chosen[missing] = _partition_choices(
+            index, groups, missing, spec, free, relevant, settings, memo.eligible
+        )
     picked: np.ndarray = memo.chosen[positions]
     return picked
 
@@ -543,6 +548,8 @@ class _ChoiceMemo:
 
     free: np.ndarray
     chosen: np.ndarray  # int64 [nodes]: the row, -1 none, _UNKNOWN not worked out
+    #: bool [rows]: rows the request selects that take only counters and had no CEL error (free aside)
+    eligible: np.ndarray | None = None
 
 
 #: Per index generation: (request, relevant rows, settings) -> its memo (`_choice_memo`).
@@ -583,15 +590,19 @@ def _partition_choices(
     free: np.ndarray,
     relevant: np.ndarray,
     settings: TopologySettings,
+    eligible: np.ndarray | None = None,
 ) -> np.ndarray:
-    """`partition_choices` worked out for distinct node positions."""
+    """`partition_choices` worked out for distinct node positions (`eligible`: `_ChoiceMemo.eligible`
+    if the caller has it)."""
     out = np.full(len(positions), -1, dtype=np.int64)
-    mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
-    selected, _ = selected_rows(index, spec)
-    usable = selected & free & groups.row_counters_only & ~mask.error
-    in_call = np.zeros(len(index.node_names), dtype=bool)
-    in_call[positions] = True
-    usable &= in_call[index.row_node]
+    if eligible is None:
+        mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+        eligible = selected_rows(index, spec)[0] & groups.row_counters_only & ~mask.error
+    usable = eligible & free
+    if len(positions) < len(index.node_names):
+        in_call = np.zeros(len(index.node_names), dtype=bool)
+        in_call[positions] = True
+        usable &= in_call[index.row_node]
     rows = np.flatnonzero(usable)
     if not len(rows):
         return out
@@ -615,7 +626,7 @@ def _partition_choices(
     return picked
 
 
-#: Per index generation: the rows of each parent group (`single_partition.group_row_lists`).
+#: Per index generation: the rows of each parent group, largest first (`single_partition.group_row_lists`).
 _GROUP_ROWS: weakref.WeakKeyDictionary[DeviceIndex, tuple[np.ndarray, np.ndarray]] = (
     weakref.WeakKeyDictionary()
 )
@@ -641,7 +652,9 @@ def _single_parts(
         return partition_parts(index, nodes, sets, free, parts)
     lists = _GROUP_ROWS.get(index)
     if lists is None:
-        lists = _GROUP_ROWS[index] = single_partition.group_row_lists(groups.row_group, groups.num_groups)
+        lists = _GROUP_ROWS[index] = single_partition.group_row_lists(
+            groups.row_group, groups.num_groups, groups.row_cost, groups.group_counters
+        )
     group_free, group_used = state if state is not None else group_state(groups, free)
     return single_partition.single_terms(
         rows=rows,
