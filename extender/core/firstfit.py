@@ -19,7 +19,6 @@ already overdrawn or not representable in milli-units, incomplete pools under `A
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 
@@ -306,13 +305,14 @@ class FirstFitBook:
     (thousands of nodes must not become thousands of Python objects on the filter path)."""
 
     def __init__(self) -> None:
-        self._where: dict[str, tuple[int, int]] = {}
+        self._where: dict[str, int] = {}  # name -> its position over all batches, in add order
         self._batches: list[tuple[np.ndarray, np.ndarray]] = []
+        self._size = 0
 
     def add(self, names: list[str], chosen: np.ndarray, chosen_slot: np.ndarray) -> None:
-        batch = len(self._batches)
         self._batches.append((chosen, chosen_slot))
-        self._where.update(zip(names, zip(repeat(batch), range(len(names))), strict=True))
+        self._where.update(zip(names, range(self._size, self._size + len(names)), strict=True))
+        self._size += len(names)
 
     def __contains__(self, name: object) -> bool:
         return name in self._where
@@ -326,18 +326,15 @@ class FirstFitBook:
         the batches are padded to one width and concatenated)."""
         if not names:
             return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0), dtype=np.int64)
-        where = np.array(list(map(self._where.__getitem__, names)), dtype=np.int64).reshape(-1, 2)
+        where = np.fromiter(map(self._where.__getitem__, names), dtype=np.int64, count=len(names))
         if len(self._batches) == 1:
             chosen, slots = self._batches[0]
-            return chosen[where[:, 1]], slots[where[:, 1]]
+            return chosen[where], slots[where]
         width = max(chosen.shape[1] for chosen, _ in self._batches)
-        sizes = [len(chosen) for chosen, _ in self._batches]
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-        rows = starts[where[:, 0]] + where[:, 1]
         padded = [
             tuple(np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=-1) for a in batch)
             for batch in self._batches
         ]
-        chosen = np.concatenate([c for c, _ in padded])[rows]
-        slots = np.concatenate([s for _, s in padded])[rows]
+        chosen = np.concatenate([c for c, _ in padded])[where]
+        slots = np.concatenate([s for _, s in padded])[where]
         return chosen, slots
