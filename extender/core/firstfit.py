@@ -169,9 +169,15 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
         return np.asarray(items, dtype=np.int64)
 
     # A request whose every slot asks for more rows than the node has selectable (candidates == 1,
-    # the only rows the kernel takes) cannot be met there, whatever is free.
+    # the only rows the kernel takes) cannot be met there, whatever is free. Only where the kernel
+    # could not have handed the node to upstream's search instead: with an `All` slot upstream may
+    # raise a node's error before it reaches the short request, and so past the per-claim limit.
     short_nodes = np.zeros(num_nodes, dtype=bool)
-    for q, first in enumerate(req_first_slot):
+    largest: dict[int, int] = {}
+    for c, _, _, _, spec in slots:
+        largest[c] = largest.get(c, 0) + spec.count
+    shortcut = not has_all and max(largest.values(), default=0) <= MAX_DEVICES_PER_CLAIM
+    for q, first in enumerate(req_first_slot if shortcut else []):
         short = np.ones(num_nodes, dtype=bool)
         for s in range(first, first + max(req_subs[q], 1)):
             spec = slots[s][4]

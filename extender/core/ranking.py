@@ -19,7 +19,7 @@ from itertools import filterfalse, repeat
 import numpy as np
 
 from extender import telemetry
-from extender.core import firstfit, scoring
+from extender.core import firstfit, scoring, shapes
 from extender.core.evaluation import PodEvaluation
 from extender.core.scoring import BOUNDED, EXACT, FIRST_FIT, PARTITION, KernelPlan, ScoreBook
 from extender.core.searching import Search
@@ -66,8 +66,19 @@ class Ranker:
     def plan(self, evaluation: PodEvaluation, index: DeviceIndex, free: np.ndarray) -> KernelPlan | None:
         """The pod's kernel inputs for this evaluation (None: the kernels do not model the pod)."""
         if not evaluation.planned:
-            evaluation.plan = scoring.kernel_plan(evaluation.specs, index, free)
-            evaluation.relevant = scoring.relevant_rows(evaluation.specs, index)
+            shape = shapes.shape_data(evaluation.specs, index)
+            # The plan depends on what is free too: kept with the free mask it was made for (masks
+            # are never changed in place), so pods of a shape share it until a claim changes.
+            kept = shape.items.get("kernel_plan")
+            if isinstance(kept, tuple) and kept[0] is free:
+                evaluation.plan = kept[1]
+            else:
+                evaluation.plan = scoring.kernel_plan(evaluation.specs, index, free)
+                shape.items["kernel_plan"] = (free, evaluation.plan)
+            relevant = shape.items.get("relevant")
+            if not isinstance(relevant, np.ndarray):
+                relevant = shape.items["relevant"] = scoring.relevant_rows(evaluation.specs, index)
+            evaluation.relevant = relevant
             evaluation.planned = True
         return evaluation.plan
 

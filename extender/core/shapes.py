@@ -27,8 +27,10 @@ import numpy as np
 from extender.allocator.requests import ClaimSpec
 from extender.index.snapshot import DeviceIndex
 
-#: Shapes remembered per index generation (the table starts again when full).
-SHAPES = 256
+#: Shapes remembered per index generation (the table starts again when full). A shape keeps
+#: kernel inputs of a row-sized column or a few (about 1-2 MiB at 180,000 device rows), so this
+#: bounds the table to tens of MiB; clusters schedule far fewer distinct shapes at once.
+SHAPES = 32
 
 ShapeKey = tuple[tuple[str, str], ...]
 
