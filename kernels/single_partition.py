@@ -17,8 +17,10 @@ group (its top two sizes: without the candidate it is the largest, unless the ca
 row that size).
 
 Inputs are the same arrays as the general kernels', plus `group_start` / `group_rows` (the rows of
-each group, in row order; `group_row_lists`). There is no plain-Python twin: while the kernels warm
-up (`kernels.warming`) the caller uses the general entry points, whose twins answer.
+each group, largest first; `group_row_lists` with the costs): a group's largest fitting row is then
+its first fitting one, so the scans of a group stop early. There is no plain-Python twin: while
+the kernels warm up (`kernels.warming`) the caller uses the general entry points, whose twins
+answer.
 """
 
 from __future__ import annotations
@@ -35,15 +37,47 @@ from kernels.topology.score import fragmentation_packing
 LEVELS = 4
 
 
-def group_row_lists(row_group: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
+def group_row_lists(
+    row_group: np.ndarray, num_groups: int, row_cost: np.ndarray | None = None,
+    group_counters: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """(group_start int64 [G + 1], group_rows int64): the rows of group g are
-    `group_rows[group_start[g]:group_start[g + 1]]`, ascending. Rows without a group are left out."""
+    `group_rows[group_start[g]:group_start[g + 1]]`. Rows without a group are left out.
+
+    Without costs the rows of a group are in row order. With `row_cost` and `group_counters` they
+    are by size, largest first (ties in row order): a row's size is the sum of its group's counter
+    costs in column order divided by their number, the very float `row_fit` gives, so the first row
+    of a group that fits is the largest that fits (the kernel stops there)."""
     grouped = np.flatnonzero(row_group >= 0)
-    order = np.argsort(row_group[grouped], kind="stable")
+    if row_cost is None or group_counters is None:
+        order = np.argsort(row_group[grouped], kind="stable")
+    else:
+        sizes = _row_sizes(
+            grouped.astype(np.int64), np.ascontiguousarray(row_group, dtype=np.int64),
+            np.ascontiguousarray(row_cost, dtype=np.float64),
+            np.ascontiguousarray(group_counters, dtype=np.int64),
+        )  # fmt: skip
+        order = np.lexsort((-sizes, row_group[grouped]))  # by group, then size descending, stable
     counts = np.bincount(row_group[grouped], minlength=num_groups)
     start = np.zeros(num_groups + 1, dtype=np.int64)
     np.cumsum(counts, out=start[1:])
     return start, grouped[order].astype(np.int64)
+
+
+@njit(cache=True)
+def _row_sizes(
+    rows: np.ndarray, row_group: np.ndarray, row_cost: np.ndarray, group_counters: np.ndarray
+) -> np.ndarray:
+    """Each row's size as `_size_if_fits` computes it (sequential sum over the group's counters)."""
+    out = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):
+        x = rows[i]
+        ncols = group_counters[row_group[x]]
+        total = 0.0
+        for j in range(ncols):
+            total += row_cost[x, j]
+        out[i] = total / ncols if ncols > 0 else 1.0
+    return out
 
 
 @njit(cache=True, inline="always")
@@ -51,18 +85,17 @@ def _largest_fitting(
     row: int, lo: int, hi: int, g: int, avail: np.ndarray, ncols: int, group_start: np.ndarray,
     group_rows: np.ndarray, free: np.ndarray, row_cost: np.ndarray,
 ) -> tuple[float, int]:  # fmt: skip
-    """`topology._largest_fitting` for the set {row}: over the free rows of group g but row itself."""
-    largest = 0.0
-    fitting = 0
+    """`topology._largest_fitting` for the set {row}: over the free rows of group g but row itself.
+    The group's rows are largest first (`group_row_lists` with costs), so the first that fits is
+    the largest; the count returned is 1 then (the caller asks only whether any fits)."""
     for p in range(group_start[g], group_start[g + 1]):
         x = group_rows[p]
         if x < lo or x >= hi or free[x] == 0 or x == row:
             continue
         fits, total = row_fit(x, avail, ncols, row_cost)
         if fits:
-            fitting += 1
-            largest = max(largest, total / ncols if ncols > 0 else 1.0)
-    return largest, fitting
+            return (total / ncols if ncols > 0 else 1.0), 1
+    return 0.0, 0
 
 
 @njit(cache=True)
@@ -173,7 +206,8 @@ def _top_sizes(
 ) -> None:  # fmt: skip
     """tops = (largest size, how many rows have it, second largest size) over the free rows of
     group g whose costs fit avail: `_largest_fitting` without one row is the largest, unless that
-    row is the only one with it (then the second; 0.0 when nothing else fits)."""
+    row is the only one with it (then the second; 0.0 when nothing else fits). The group's rows are
+    largest first, so the scan stops at the first fitting row smaller than the largest."""
     top = 0.0
     count = 0
     second = 0.0
@@ -184,15 +218,14 @@ def _top_sizes(
         fits, size = _size_if_fits(x, avail, ncols, row_cost)
         if not fits:
             continue
-        if count == 0 or size > top:
-            if count > 0:
-                second = max(second, top)
+        if count == 0:
             top = size
             count = 1
         elif size == top:
             count += 1
         else:
-            second = max(second, size)
+            second = size
+            break
     tops[0] = top
     tops[1] = float(count)
     tops[2] = second
@@ -278,7 +311,7 @@ def warm_up() -> float:
     """Compile (or load from numba's cache) the kernel on a tiny input; returns the seconds taken."""
     started = time.perf_counter()
     row_group = np.array([0, 0, -1], dtype=np.int64)
-    start, grouped = group_row_lists(row_group, 1)
+    start, grouped = group_row_lists(row_group, 1, np.full((3, 1), 0.5), np.ones(1, dtype=np.int64))
     single_terms(
         rows=np.array([0], dtype=np.int64),
         row_node=np.zeros(3, dtype=np.int64),

@@ -19,7 +19,6 @@ already overdrawn or not representable in milli-units, incomplete pools under `A
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
 
 import numpy as np
 
@@ -54,6 +53,9 @@ class FirstFitPlan:
     counter_nodes: np.ndarray  # bool [nodes]: a selected device consumes counters
     has_all: bool
     prioritized_requests: int  # requests with `firstAvailable` (for the preference score)
+    #: bool [nodes]: some request cannot be met even with every device free (each of its slots
+    #: counts fewer selectable rows than it asks for): the kernel's search would find nothing there.
+    short_nodes: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,26 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
     def ints(items: list[int]) -> np.ndarray:
         return np.asarray(items, dtype=np.int64)
 
+    # A request whose every slot asks for more rows than the node has selectable (candidates == 1,
+    # the only rows the kernel takes) cannot be met there, whatever is free. Only where the kernel
+    # could not have handed the node to upstream's search instead: with an `All` slot upstream may
+    # raise a node's error before it reaches the short request, and so past the per-claim limit.
+    short_nodes = np.zeros(num_nodes, dtype=bool)
+    largest: dict[int, int] = {}
+    for c, _, _, _, spec in slots:
+        largest[c] = largest.get(c, 0) + spec.count
+    shortcut = not has_all and max(largest.values(), default=0) <= MAX_DEVICES_PER_CLAIM
+    for q, first in enumerate(req_first_slot if shortcut else []):
+        short = np.ones(num_nodes, dtype=bool)
+        for s in range(first, first + max(req_subs[q], 1)):
+            spec = slots[s][4]
+            if spec.mode != EXACT_COUNT:
+                short[:] = False
+                break
+            selectable = np.bincount(index.row_node[candidates[s] == 1], minlength=num_nodes)
+            short &= selectable < spec.count
+        short_nodes |= short
+
     return FirstFitPlan(
         claim_first_req=ints(claim_first_req),
         req_first_slot=ints(req_first_slot),
@@ -187,6 +209,7 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
         counter_nodes=counter_nodes,
         has_all=has_all,
         prioritized_requests=prioritized,
+        short_nodes=short_nodes,
     )
 
 
@@ -237,9 +260,12 @@ def run(
     skip = pod.awkward_nodes[positions] | (
         columns.overdrawn_nodes(available)[positions] & pod.counter_nodes[positions]
     )
-    todo = np.flatnonzero(~skip)
+    # Nodes where a request cannot be met even with all free: the search finds nothing there.
+    short = ~skip & pod.short_nodes[positions]
+    todo = np.flatnonzero(~skip & ~short)
     width = MAX_DEVICES_PER_CLAIM * (len(pod.claim_first_req) - 1)
     status = np.full(len(positions), kernel.STATUS_UNKNOWN, dtype=np.int8)
+    status[short] = kernel.STATUS_NONE
     chosen = np.full((len(positions), width), -1, dtype=np.int64)
     chosen_slot = np.full((len(positions), width), -1, dtype=np.int64)
     if len(todo):
@@ -285,13 +311,14 @@ class FirstFitBook:
     (thousands of nodes must not become thousands of Python objects on the filter path)."""
 
     def __init__(self) -> None:
-        self._where: dict[str, tuple[int, int]] = {}
+        self._where: dict[str, int] = {}  # name -> its position over all batches, in add order
         self._batches: list[tuple[np.ndarray, np.ndarray]] = []
+        self._size = 0
 
     def add(self, names: list[str], chosen: np.ndarray, chosen_slot: np.ndarray) -> None:
-        batch = len(self._batches)
         self._batches.append((chosen, chosen_slot))
-        self._where.update(zip(names, zip(repeat(batch), range(len(names))), strict=True))
+        self._where.update(zip(names, range(self._size, self._size + len(names)), strict=True))
+        self._size += len(names)
 
     def __contains__(self, name: object) -> bool:
         return name in self._where
@@ -305,18 +332,15 @@ class FirstFitBook:
         the batches are padded to one width and concatenated)."""
         if not names:
             return np.zeros((0, 0), dtype=np.int64), np.zeros((0, 0), dtype=np.int64)
-        where = np.array(list(map(self._where.__getitem__, names)), dtype=np.int64).reshape(-1, 2)
+        where = np.fromiter(map(self._where.__getitem__, names), dtype=np.int64, count=len(names))
         if len(self._batches) == 1:
             chosen, slots = self._batches[0]
-            return chosen[where[:, 1]], slots[where[:, 1]]
+            return chosen[where], slots[where]
         width = max(chosen.shape[1] for chosen, _ in self._batches)
-        sizes = [len(chosen) for chosen, _ in self._batches]
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-        rows = starts[where[:, 0]] + where[:, 1]
         padded = [
             tuple(np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=-1) for a in batch)
             for batch in self._batches
         ]
-        chosen = np.concatenate([c for c, _ in padded])[rows]
-        slots = np.concatenate([s for _, s in padded])[rows]
+        chosen = np.concatenate([c for c, _ in padded])[where]
+        slots = np.concatenate([s for _, s in padded])[where]
         return chosen, slots

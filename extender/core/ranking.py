@@ -19,7 +19,7 @@ from itertools import filterfalse, repeat
 import numpy as np
 
 from extender import telemetry
-from extender.core import firstfit, scoring
+from extender.core import firstfit, scoring, shapes
 from extender.core.evaluation import PodEvaluation
 from extender.core.scoring import BOUNDED, EXACT, FIRST_FIT, PARTITION, KernelPlan, ScoreBook
 from extender.core.searching import Search
@@ -66,8 +66,19 @@ class Ranker:
     def plan(self, evaluation: PodEvaluation, index: DeviceIndex, free: np.ndarray) -> KernelPlan | None:
         """The pod's kernel inputs for this evaluation (None: the kernels do not model the pod)."""
         if not evaluation.planned:
-            evaluation.plan = scoring.kernel_plan(evaluation.specs, index, free)
-            evaluation.relevant = scoring.relevant_rows(evaluation.specs, index)
+            shape = shapes.shape_data(evaluation.specs, index)
+            # The plan depends on what is free too: kept with the free mask it was made for (masks
+            # are never changed in place), so pods of a shape share it until a claim changes.
+            kept = shape.items.get("kernel_plan")
+            if isinstance(kept, tuple) and kept[0] is free:
+                evaluation.plan = kept[1]
+            else:
+                evaluation.plan = scoring.kernel_plan(evaluation.specs, index, free)
+                shape.items["kernel_plan"] = (free, evaluation.plan)
+            relevant = shape.items.get("relevant")
+            if not isinstance(relevant, np.ndarray):
+                relevant = shape.items["relevant"] = scoring.relevant_rows(evaluation.specs, index)
+            evaluation.relevant = relevant
             evaluation.planned = True
         return evaluation.plan
 
@@ -236,9 +247,10 @@ class Ranker:
             methods[better] = PARTITION
         claims = np.where(chosen >= 0, plan.slot_claim[np.maximum(slots, 0)], -1)
         preference = firstfit.preference(plan, slots)
-        patterns, group = np.unique(claims, axis=0, return_inverse=True)
+        patterns, group = _claim_patterns(claims)
+        named = np.array(mine, dtype=object)
         for g, pattern in enumerate(patterns):
-            members = np.flatnonzero(group.ravel() == g)
+            members = np.flatnonzero(group == g)
             started = time.perf_counter()
             with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(members)}):
                 _, parts = scoring.score_sets(
@@ -249,7 +261,23 @@ class Ranker:
             self.meter.add(started)
             final = scoring.combine(parts, preference[members], self.topology)
             evaluation.scores.add(
-                [mine[i] for i in members], final, parts, preference[members], chosen[members],
-                methods[members],
+                mine if len(patterns) == 1 else named[members].tolist(), final, parts,
+                preference[members], chosen[members], methods[members],
             )  # fmt: skip
         return list(filterfalse(set(mine).__contains__, names))
+
+
+def _claim_patterns(claims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(claims, axis=0, return_inverse=True)` with a flat inverse: the distinct rows (in
+    numpy's order) and each row's number. Rows of entries in [-1, base - 2] are packed into one
+    integer where that fits, so the unique is 1-D (numpy's unique over axis 0 sorts rows as
+    opaque records, several times slower on thousands of nodes)."""
+    rows, width = claims.shape
+    base = int(claims.max(initial=-1)) + 2
+    if rows and width and base ** width < 2**62:
+        weights = base ** np.arange(width - 1, -1, -1, dtype=np.int64)
+        keys = (claims + 1) @ weights  # lexicographic order of the rows, as numpy's
+        _, first, group = np.unique(keys, return_index=True, return_inverse=True)
+        return claims[first], group.ravel()
+    patterns, group = np.unique(claims, axis=0, return_inverse=True)
+    return patterns, group.ravel()

@@ -36,6 +36,7 @@ from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.results import ClaimAllocation
 from extender.allocator.taints import all_tolerated
 from extender.core import reasons
+from extender.core.shapes import shape_data
 from extender.index.snapshot import DeviceIndex
 from extender.index.topology import (
     NodePartitions,
@@ -289,9 +290,26 @@ def short_request_codes(
     subrequest is. Like upstream's helper, the answer for a node stops at the first request it
     cannot be sure of (a selector error on one of its devices, an unknown class).
     """
+    codes = shape_data(specs, index).memo("short_request", len(index.node_names), np.int64)
+    found = codes.get(np.asarray(positions, dtype=np.int64), lambda todo: _short_flat(specs, index, todo))
+    texts: list[str] = []
+    for claim in specs:
+        for request in claim.requests:
+            options = [request.exactly] if request.exactly is not None else list(request.first_available)
+            if options:
+                first = options[0]
+                need = first.count if first.mode == EXACT_COUNT else 1
+                texts.append(reasons.shortage(claim.ref, request.name, need, first.class_name))
+    return found, texts
+
+
+def _short_flat(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> np.ndarray:
+    """`short_request_codes`' numbers at `positions`: the request's number among the pod's requests
+    that have options (in claim and request order), -1 if none or unsure. Depends only on the
+    index and the pod's shape (`extender.core.shapes`), so it is kept per node."""
     num_nodes = len(index.node_names)
     out = np.full(len(positions), -1, dtype=np.int64)
-    texts: list[str] = []
+    number = 0
     open_ = np.ones(len(positions), dtype=bool)
     for claim in specs:
         for request in claim.requests:
@@ -310,14 +328,10 @@ def short_request_codes(
                 unsure |= (np.bincount(index.row_node[mask.error], minlength=num_nodes)[positions]) > 0
                 short &= found < max(spec.count, 1)
             open_ &= ~unsure
-            first = options[0]
-            need = first.count if first.mode == EXACT_COUNT else 1
-            lacking = open_ & short
-            if lacking.any():
-                out[lacking] = len(texts)
-                texts.append(reasons.shortage(claim.ref, request.name, need, first.class_name))
+            out[open_ & short] = number
+            number += 1
             open_ &= ~short
-    return out, texts
+    return out
 
 
 def preference(specs: list[ClaimSpec], allocations: list[ClaimAllocation]) -> float:
@@ -504,22 +518,102 @@ def partition_choices(
     order.
     """
     positions = np.asarray(positions, dtype=np.int64)
-    out = np.full(len(positions), -1, dtype=np.int64)
     groups = partitions(index)
     if groups.num_groups == 0 or not len(positions):
-        return out
-    mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
-    selected, _ = selected_rows(index, spec)
-    usable = selected & free & groups.row_counters_only & ~mask.error
-    in_call = np.zeros(len(index.node_names), dtype=bool)
-    in_call[positions] = True
-    usable &= in_call[index.row_node]
+        return np.full(len(positions), -1, dtype=np.int64)
+    memo = _choice_memo(index, spec, free, relevant, settings)
+    missing = positions[memo.chosen[positions] == _UNKNOWN]
+    if len(missing):
+        missing = np.unique(missing)
+        if memo.eligible is None:
+            mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+            memo.eligible = selected_rows(index, spec)[0] & groups.row_counters_only & ~mask.error
+        memo.chosen[missing] = _partition_choices(
+            index, groups, missing, spec, free, relevant, settings, memo.eligible
+        )
+    picked: np.ndarray = memo.chosen[positions]
+    return picked
+
+
+#: `_ChoiceMemo.chosen` of a node not worked out yet.
+_UNKNOWN = -2
+
+
+@dataclass(slots=True)
+class _ChoiceMemo:
+    """`partition_choices` per node position for one request, relevant mask and settings at one
+    index generation, valid for `free`: a node's choice depends only on its own rows (their
+    selection, free and relevant bits, their groups' counters), so when `free` changes only the
+    nodes whose rows changed are worked out again."""
+
+    free: np.ndarray
+    chosen: np.ndarray  # int64 [nodes]: the row, -1 none, _UNKNOWN not worked out
+    #: bool [rows]: rows the request selects that take only counters and had no CEL error (free aside)
+    eligible: np.ndarray | None = None
+
+
+#: Per index generation: (request, relevant rows, settings) -> its memo (`_choice_memo`).
+_CHOICES: weakref.WeakKeyDictionary[DeviceIndex, dict[tuple[str, int, str], _ChoiceMemo]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Memos kept per generation (the table starts again when full).
+CHOICE_MEMOS = 64
+
+
+def _choice_memo(
+    index: DeviceIndex, spec: RequestSpec, free: np.ndarray, relevant: np.ndarray, settings: TopologySettings
+) -> _ChoiceMemo:
+    """The memo of this request's choices, its stale nodes (rows whose free bit changed) forgotten."""
+    memos = _CHOICES.get(index)
+    if memos is None:
+        memos = _CHOICES[index] = {}
+    # The request's repr is its content (frozen dataclasses, its tolerations' dicts); the relevant
+    # rows by their bits' hash (a collision is as unlikely as one of any 64-bit hash).
+    key = (repr(spec), hash(np.packbits(relevant).tobytes()), repr(settings))
+    memo = memos.get(key)
+    if memo is None:
+        if len(memos) >= CHOICE_MEMOS:
+            memos.clear()
+        memo = memos[key] = _ChoiceMemo(free, np.full(len(index.node_names), _UNKNOWN, dtype=np.int64))
+    elif memo.free is not free:
+        changed = np.flatnonzero(memo.free != free)
+        memo.chosen[np.unique(index.row_node[changed])] = _UNKNOWN
+        memo.free = free
+    return memo
+
+
+def _partition_choices(
+    index: DeviceIndex,
+    groups: Partitions,
+    positions: np.ndarray,
+    spec: RequestSpec,
+    free: np.ndarray,
+    relevant: np.ndarray,
+    settings: TopologySettings,
+    eligible: np.ndarray | None = None,
+) -> np.ndarray:
+    """`partition_choices` worked out for distinct node positions (`eligible`: `_ChoiceMemo.eligible`
+    if the caller has it)."""
+    out = np.full(len(positions), -1, dtype=np.int64)
+    if eligible is None:
+        mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
+        eligible = selected_rows(index, spec)[0] & groups.row_counters_only & ~mask.error
+    usable = eligible & free
+    if len(positions) < len(index.node_names):
+        in_call = np.zeros(len(index.node_names), dtype=bool)
+        in_call[positions] = True
+        usable &= in_call[index.row_node]
     rows = np.flatnonzero(usable)
     if not len(rows):
         return out
     state = group_state(groups, free)
     left = state[0][groups.row_group[rows]] + kernels.PARTITION_EPSILON
-    rows = rows[np.all(groups.row_cost[rows] <= left, axis=1)]
+    within = np.take(groups.row_cost, rows, axis=0) <= left
+    # Column by column: numpy's all() over a short last axis costs several times these passes.
+    fits = np.ones(len(rows), dtype=bool)
+    for column in range(within.shape[1]):
+        fits &= within[:, column]
+    rows = rows[fits]
     if not len(rows):
         return out
     nodes = index.row_node[rows].astype(np.int64)
@@ -537,7 +631,7 @@ def partition_choices(
     return picked
 
 
-#: Per index generation: the rows of each parent group (`single_partition.group_row_lists`).
+#: Per index generation: the rows of each parent group, largest first (`single_partition.group_row_lists`).
 _GROUP_ROWS: weakref.WeakKeyDictionary[DeviceIndex, tuple[np.ndarray, np.ndarray]] = (
     weakref.WeakKeyDictionary()
 )
@@ -563,7 +657,9 @@ def _single_parts(
         return partition_parts(index, nodes, sets, free, parts)
     lists = _GROUP_ROWS.get(index)
     if lists is None:
-        lists = _GROUP_ROWS[index] = single_partition.group_row_lists(groups.row_group, groups.num_groups)
+        lists = _GROUP_ROWS[index] = single_partition.group_row_lists(
+            groups.row_group, groups.num_groups, groups.row_cost, groups.group_counters
+        )
     group_free, group_used = state if state is not None else group_state(groups, free)
     return single_partition.single_terms(
         rows=rows,

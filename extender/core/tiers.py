@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import orjson
@@ -27,7 +27,7 @@ from extender import telemetry
 from extender.allocator.allocating import SearchStats
 from extender.allocator.inputs import AllocatedState
 from extender.claims import Claim, allocation_fits_node, skips_node_operations
-from extender.core import feasibility, firstfit, reasons, scoring
+from extender.core import feasibility, firstfit, reasons, scoring, shapes
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
 from extender.core.reasons import PASSED, UNRESOLVABLE, NodeVerdict
@@ -167,13 +167,17 @@ class KernelTier:
     ) -> list[str]:
         """Verdicts for nodes where the kernel proved no set exists; returns nodes it cannot tell."""
         specs = evaluation.specs
-        everything = np.ones(index.num_rows, dtype=bool)
-        plan = scoring.kernel_plan(specs, index, everything)
-        assert plan is not None  # the same pod is modelled whatever is free
-        relevant = evaluation.relevant if evaluation.relevant is not None else everything
-        status, _, _, _ = scoring.best_sets(
-            plan, index, positions, everything, relevant, self.ranker.topology
-        )
+
+        def if_free(todo: np.ndarray) -> np.ndarray:
+            everything = np.ones(index.num_rows, dtype=bool)
+            plan = scoring.kernel_plan(specs, index, everything)
+            assert plan is not None  # the same pod is modelled whatever is free
+            relevant = evaluation.relevant if evaluation.relevant is not None else everything
+            return scoring.best_sets(plan, index, todo, everything, relevant, self.ranker.topology)[0]
+
+        # With everything free the answer depends on the shape and the index only: kept per node.
+        memo = shapes.shape_data(specs, index).memo("kernel_if_free", len(index.node_names), np.int8)
+        status = memo.get(positions, if_free)
         short, texts = scoring.short_request_codes(specs, index, positions)
         sure = status != kernels.STATUS_UNKNOWN
         fits_if_free = (status == kernels.STATUS_EXACT) | (status == kernels.STATUS_BOUNDED)
@@ -195,8 +199,12 @@ class FirstFitTier:
         if not names:
             return names
         index, free = view.index, view.free
+        shape = shapes.shape_data(evaluation.specs, index)
         if not evaluation.first_fit_planned:
-            evaluation.first_fit = firstfit.plan(evaluation.specs, index)
+            # Free-independent: one plan per shape and index generation.
+            if "first_fit_plan" not in shape.items:
+                shape.items["first_fit_plan"] = firstfit.plan(evaluation.specs, index)
+            evaluation.first_fit = cast(firstfit.FirstFitPlan | None, shape.items["first_fit_plan"])
             evaluation.first_fit_planned = True
         plan = evaluation.first_fit
         if plan is None:
@@ -215,7 +223,11 @@ class FirstFitTier:
         if not none.any():
             return search
         positions = positions[none]
-        if_free = firstfit.run(plan, index, free, positions, nothing_held=True).status
+        # Nothing held: the answer depends on the shape and the index only, kept per node.
+        memo = shape.memo("first_fit_if_free", len(index.node_names), np.int8)
+        if_free = memo.get(
+            positions, lambda todo: firstfit.run(plan, index, free, todo, nothing_held=True).status
+        )
         short, texts = scoring.short_request_codes(evaluation.specs, index, positions)
         sure = if_free != counter_kernels.STATUS_UNKNOWN
         search.extend(evaluation.verdicts.pick(evaluation.verdicts.pick(names, none), ~sure))

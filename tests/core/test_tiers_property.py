@@ -280,3 +280,10 @@ def test_the_generator_reaches_the_first_fit_tier() -> None:
     """The property is not vacuous: over fixed seeds the kernel decides many nodes."""
     decided = sum(check_one(seed) for seed in range(60))
     assert decided >= 40
+
+
+def test_a_node_short_of_a_later_request_keeps_the_error_an_all_request_raises_first() -> None:
+    """Seed 34478: node-1 lacks devices for claim-1, but upstream's search stops earlier, at
+    claim-0's `All` subrequest whose device breaks a constraint (a node's error). The first-fit
+    tier must not fail such a node as short without the kernel (it hands it to the search)."""
+    check_one(34478)

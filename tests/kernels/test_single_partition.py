@@ -62,3 +62,13 @@ def test_group_row_lists_hold_each_groups_rows_in_order() -> None:
     row_group = np.array([2, -1, 0, 2, 0, -1, 1], dtype=np.int64)
     start, rows = single_partition.group_row_lists(row_group, 3)
     assert [rows[start[g] : start[g + 1]].tolist() for g in range(3)] == [[2, 4], [6], [0, 3]]
+
+
+def test_group_row_lists_with_costs_put_each_groups_largest_rows_first() -> None:
+    """Sizes are the mean over the group's counters; ties keep row order; groups stay apart."""
+    row_group = np.array([0, 0, -1, 1, 0, 1, 0], dtype=np.int64)
+    row_cost = np.array([[0.25, 0.25], [1.0, 0.0], [9, 9], [0.5, 0.1], [0.5, 0.0], [0.1, 0.9], [0.5, 0.5]])
+    group_counters = np.array([2, 1], dtype=np.int64)  # group 1 counts only its first column
+    start, rows = single_partition.group_row_lists(row_group, 2, row_cost, group_counters)
+    # group 0 sizes: row 0 0.25, row 1 0.5, row 4 0.25, row 6 0.5; group 1: row 3 0.5, row 5 0.1
+    assert [rows[start[g] : start[g + 1]].tolist() for g in range(2)] == [[1, 6, 0, 4], [3, 5]]
