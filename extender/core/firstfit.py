@@ -285,13 +285,26 @@ class FirstFitBook:
     (thousands of nodes must not become thousands of Python objects on the filter path)."""
 
     def __init__(self) -> None:
-        self._where: dict[str, tuple[int, int]] = {}
+        self._where_made: dict[str, tuple[int, int]] = {}
         self._batches: list[tuple[np.ndarray, np.ndarray]] = []
+        self._names: list[list[str]] = []  # per batch, not yet in `_where_made`
 
     def add(self, names: list[str], chosen: np.ndarray, chosen_slot: np.ndarray) -> None:
-        batch = len(self._batches)
+        """Keep a batch; the name -> (batch, row) map is made when first read (`_where`): filter
+        adds thousands of names and only prioritize, and bind for one node, read them."""
+        if len(names) != len(chosen):
+            raise ValueError(f"{len(names)} names for {len(chosen)} chosen sets")
         self._batches.append((chosen, chosen_slot))
-        self._where.update(zip(names, zip(repeat(batch), range(len(names))), strict=True))
+        self._names.append(names)
+
+    @property
+    def _where(self) -> dict[str, tuple[int, int]]:
+        where = self._where_made
+        first = len(self._batches) - len(self._names)
+        for batch, names in enumerate(self._names, first):
+            where.update(zip(names, zip(repeat(batch), range(len(names))), strict=True))
+        self._names = []
+        return where
 
     def __contains__(self, name: object) -> bool:
         return name in self._where

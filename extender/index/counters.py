@@ -35,6 +35,7 @@ from extender.allocator.compatibility import slice_uses_groups
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID, PoolID, Slice
 from extender.allocator.pools import Pool
+from extender.index.overlay import SpannedList
 from extender.index.snapshot import DeviceIndex, _NodeBlock, patched_array
 from extender.quantity import Quantity
 
@@ -192,16 +193,16 @@ class CounterColumns:
     def __init__(self, index: DeviceIndex, cache: dict[int, tuple[_NodeBlock, _BlockCounters]]) -> None:
         self.serial = index.serial
         parts: list[_BlockCounters] = []
-        self._cache: dict[int, tuple[_NodeBlock, _BlockCounters]] = {}
-        self._blocks: list[_NodeBlock] = []  # per node position, the block of `_parts`
+        blocks: list[_NodeBlock] = []  # per node position, the block of `parts`
         for name in index.node_names:
             block = index.blocks[name]
-            self._blocks.append(block)
+            blocks.append(block)
             hit = cache.get(id(block))
             if hit is None or hit[0] is not block:
                 hit = (block, _block_counters(block, index.features))
-            self._cache[id(block)] = hit
             parts.append(hit[1])
+        # Per node position, shared with later generations that patch some positions (`patched`).
+        self._blocks: SpannedList[_NodeBlock] = SpannedList(blocks)
         num_nodes = len(parts)
         rows = np.array([len(p.row_ptr) - 1 for p in parts], dtype=np.int64)
         if not np.array_equal(rows, np.diff(index.node_start)):
@@ -253,8 +254,12 @@ class CounterColumns:
         self.local_start = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(local, out=self.local_start[1:])
         self.has_foreign = any(p.foreign for p in parts)
-        self._parts = parts
+        self._parts: SpannedList[_BlockCounters] = SpannedList(parts)
         self._available: tuple[np.ndarray, np.ndarray] | None = None
+
+    def block_cache(self) -> dict[int, tuple[_NodeBlock, _BlockCounters]]:
+        """id(block) -> (block, its columns), for a later generation built from the blocks."""
+        return {id(block): (block, part) for block, part in zip(self._blocks, self._parts, strict=True)}
 
     @classmethod
     def patched(cls, index: DeviceIndex, previous: CounterColumns) -> CounterColumns | None:
@@ -270,10 +275,9 @@ class CounterColumns:
         if patch is None or patch[0] != previous.serial or previous.has_foreign:
             return None
         _, rebuilt, touched, incomplete_same = patch
-        parts = list(previous._parts)
-        blocks = list(previous._blocks)
-        cache = dict(previous._cache)
+        parts = previous._parts
         new: list[tuple[int, _BlockCounters]] = []
+        new_blocks: list[tuple[int, list[_NodeBlock]]] = []
         for position in rebuilt.tolist():
             block = index.blocks[index.node_names[position]]
             part = _block_counters(block, index.features)
@@ -286,11 +290,8 @@ class CounterColumns:
                 or len(part.row_ptr) != len(old.row_ptr)
             ):
                 return None
-            cache.pop(id(blocks[position]), None)
-            cache[id(block)] = (block, part)
-            parts[position] = part
-            blocks[position] = block
             new.append((position, part))
+            new_blocks.append((position, [block]))
         self = cls.__new__(cls)
         self.serial = index.serial
         self.counter_start, self.nnz_start, self.local_start = (
@@ -345,9 +346,8 @@ class CounterColumns:
         else:
             self.incomplete = _incomplete_nodes(index)
         self.has_foreign = False
-        self._parts = parts
-        self._blocks = blocks
-        self._cache = cache
+        self._parts = previous._parts.patched([(position, [part]) for position, part in new])
+        self._blocks = previous._blocks.patched(new_blocks)
         self._available = None
         return self
 
@@ -386,7 +386,7 @@ def counter_columns(index: DeviceIndex) -> CounterColumns:
         return _last
     columns = CounterColumns.patched(index, _last) if _last is not None else None
     if columns is None:
-        columns = CounterColumns(index, _last._cache if _last is not None else {})
+        columns = CounterColumns(index, _last.block_cache() if _last is not None else {})
     _last, _last_index = columns, weakref.ref(index)
     return columns
 

@@ -51,6 +51,7 @@ from extender.allocator.nodeselection import node_matches
 from extender.allocator.pools import NodePools, Pool, PoolCatalog, search_key
 from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import UPDATED, ClusterState, Key, object_key
+from extender.index.overlay import OverlayDict, SpannedList
 from extender.index.selecting import CachingEvaluator
 from extender.index.topology import NODE_LEVEL, TopologyModel
 from extender.lru import SizedLRU
@@ -277,12 +278,84 @@ def _pools_with_devices(pools: NodePools, catalog: PoolCatalog) -> list[Pool]:
     return sorted([*own, *shared], key=search_key) if own else shared
 
 
+#: Shared-tuple changes a `NodePoolsMap` re-wraps on read before it re-wraps every entry once
+#: (so entries do not keep old shared tuples, and their old marker pools, alive for long).
+STALE_SHARED_LIMIT = 64
+
+
+class NodePoolsMap(Mapping[str, NodePools]):
+    """Node -> NodePools, shared between generations (`OverlayDict`), merged into this
+    generation's shared tuple as read.
+
+    A change to a pool every node sees (e.g. one node's counter-only marker) gives every node a
+    new shared tuple; re-wrapping 5,000 NodePools per such change cost ~5 ms, so an entry made
+    for another shared tuple is re-wrapped (`NodePools.with_shared`, nothing sorted) the first
+    time this generation reads it.
+    """
+
+    __slots__ = ("_entries", "_keys", "_rewrapped", "_shared", "_stale")
+
+    def __init__(
+        self,
+        entries: OverlayDict[str, NodePools],
+        shared: tuple[Pool, ...],
+        keys: tuple[tuple[bool, PoolID], ...],
+        stale: int = 0,
+    ) -> None:
+        self._entries = entries
+        self._shared, self._keys = shared, keys
+        self._rewrapped: dict[str, NodePools] = {}
+        self._stale = stale  # shared tuples since every entry was made for the current one
+
+    def updated(
+        self, changes: dict[str, NodePools], shared: tuple[Pool, ...], keys: tuple[tuple[bool, PoolID], ...]
+    ) -> NodePoolsMap:
+        """The next generation's map: `changes` replace their entries, `shared` is the tuple."""
+        stale = self._stale + (shared is not self._shared)
+        if stale > STALE_SHARED_LIMIT:
+            merged = {name: pools.with_shared(shared, keys) for name, pools in self._entries.items()}
+            merged.update(changes)
+            return NodePoolsMap(OverlayDict(merged), shared, keys)
+        return NodePoolsMap(self._entries.replacing(changes), shared, keys, stale)
+
+    def __getitem__(self, name: str) -> NodePools:
+        pools = self._entries[name]
+        if pools.shared is self._shared:
+            return pools
+        found = self._rewrapped.get(name)
+        if found is None:  # the same value on every read: a race only builds it twice
+            found = self._rewrapped[name] = pools.with_shared(self._shared, self._keys)
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _pools_map(pools: Mapping[str, NodePools]) -> NodePoolsMap:
+    if isinstance(pools, NodePoolsMap):
+        return pools
+    first = next(iter(pools.values()), None)
+    shared = first.shared if first is not None else ()
+    keys = first.shared_keys if first is not None else ()
+    return NodePoolsMap(OverlayDict(dict(pools)), shared, keys, stale=STALE_SHARED_LIMIT)
+
+
+def _overlay(blocks: Mapping[str, _NodeBlock]) -> OverlayDict[str, _NodeBlock]:
+    return blocks if isinstance(blocks, OverlayDict) else OverlayDict(dict(blocks))
+
+
 class DeviceIndex:
     """One immutable generation of the device index (see module docstring)."""
 
     # The row columns (`_build_rows` or `_patch_rows`; see the module docstring).
     row_node: np.ndarray
-    row_device: list[Device]
+    row_device: SpannedList[Device]  # a list shared with earlier generations, plus spans
     row_special: np.ndarray
     row_tainted: np.ndarray
     row_coords: np.ndarray
@@ -302,7 +375,7 @@ class DeviceIndex:
         classes: dict[str, DeviceClassSpec],
         evaluator: CachingEvaluator,
         topology: TopologyModel,
-        previous_blocks: dict[str, _NodeBlock] | None = None,
+        previous_blocks: Mapping[str, _NodeBlock] | None = None,
         previous_catalog: PoolCatalog | None = None,
         previous: DeviceIndex | None = None,
         replaced: list[tuple[Slice, Slice]] | None = None,
@@ -318,8 +391,12 @@ class DeviceIndex:
         self.topology = topology
         self.features = features
         self.nodes = nodes
-        self.node_names: list[str] = list(nodes)
-        self.node_pos: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
+        if previous is not None and previous.nodes is nodes:  # no node changed: shared, never changed
+            self.node_names: list[str] = previous.node_names
+            self.node_pos: dict[str, int] = previous.node_pos
+        else:
+            self.node_names = list(nodes)
+            self.node_pos = {name: i for i, name in enumerate(self.node_names)}
         self.slices = slices
         self.classes = classes
         self.evaluator = evaluator
@@ -329,8 +406,10 @@ class DeviceIndex:
         self.catalog = catalog if catalog is not None else PoolCatalog(slices, features, previous_catalog)
         self.by_pool: dict[PoolID, list[Slice]] = self.catalog.by_pool
         reuse = previous_blocks or {}
-        self.blocks: dict[str, _NodeBlock] = {}
-        self.pools: dict[str, NodePools] = {}
+        # Node -> its block and its pools; shared with the previous generation where it re-used
+        # them (`OverlayDict`), so a one-node change copies neither dict.
+        self.blocks: Mapping[str, _NodeBlock] = {}
+        self.pools: Mapping[str, NodePools] = {}
         self.rebuilt: list[str] = []  # nodes whose block this snapshot built (not re-used)
         touched = self._touched_nodes(previous, previous_blocks, changed_nodes)
         if previous is not None and touched is not None:
@@ -358,10 +437,11 @@ class DeviceIndex:
         self.state_ref: weakref.ref[ClusterState] | None = None
 
     # ----------------------------------------------------------------- nodes
-    def _node(self, name: str, node: Obj, reuse: Mapping[str, _NodeBlock]) -> bool:
-        """Gather one node's pools and block (re-used while its key holds); its invalid-pool flag."""
+    def _node(
+        self, name: str, node: Obj, reuse: Mapping[str, _NodeBlock]
+    ) -> tuple[NodePools, _NodeBlock, bool]:
+        """One node's pools and block (re-used while its key holds), and its invalid-pool flag."""
         pools = self.catalog.pools_for(name, node)
-        self.pools[name] = pools
         with_devices = _pools_with_devices(pools, self.catalog)
         # A node's rows depend on its node object and the pools that give it devices; Pool
         # objects are memoised per pool, so an unchanged pool is the very same object.
@@ -370,21 +450,28 @@ class DeviceIndex:
         if block is None or block.key != key:
             block = _node_block(key, node, with_devices, self.features, self.topology)
             self.rebuilt.append(name)
-        self.blocks[name] = block
-        return any(p.invalid for p in pools.own) or any(
+        invalid = any(p.invalid for p in pools.own) or any(
             i not in pools.hidden for i in self.catalog.shared_invalid
         )
+        return pools, block, invalid
 
     def _gather_nodes(self, reuse: Mapping[str, _NodeBlock]) -> None:
         """Every node's pools and block, and the rows from them."""
-        invalid = [self._node(name, node, reuse) for name, node in self.nodes.items()]
+        blocks: dict[str, _NodeBlock] = {}
+        pools: dict[str, NodePools] = {}
+        invalid: list[bool] = []
+        for name, node in self.nodes.items():
+            pools[name], blocks[name], bad = self._node(name, node, reuse)
+            invalid.append(bad)
+        self.blocks = OverlayDict(blocks)
+        self.pools = NodePoolsMap(OverlayDict(pools), self.catalog.shared, self.catalog.shared_keys)
         self.node_has_invalid_pool = np.array(invalid, dtype=bool)
         self._build_rows()
 
     def _touched_nodes(
         self,
         previous: DeviceIndex | None,
-        previous_blocks: dict[str, _NodeBlock] | None,
+        previous_blocks: Mapping[str, _NodeBlock] | None,
         changed_nodes: set[str] | None,
     ) -> set[str] | None:
         """The nodes whose pools can differ from `previous`'s, or None to gather every node.
@@ -435,15 +522,20 @@ class DeviceIndex:
         incomplete_same = shared_same or {p.id for p in catalog.shared if p.incomplete} == {
             p.id for p in previous.catalog.shared if p.incomplete
         }
-        if shared_same:
-            self.pools = dict(previous.pools)
-        else:  # only markers without devices changed: same own pools, the new shared tuple
-            shared, keys = catalog.shared, catalog.shared_keys
-            self.pools = {name: pools.with_shared(shared, keys) for name, pools in previous.pools.items()}
-        self.blocks = dict(previous.blocks)
         invalid = previous.node_has_invalid_pool.copy()
+        pools: dict[str, NodePools] = {}
+        blocks: dict[str, _NodeBlock] = {}
         for name in touched:
-            invalid[self.node_pos[name]] = self._node(name, self.nodes[name], previous.blocks)
+            pools[name], block, invalid[self.node_pos[name]] = self._node(
+                name, self.nodes[name], previous.blocks
+            )
+            if block is not previous.blocks[name]:
+                blocks[name] = block
+        # Shared with `previous` but the touched nodes'; when only markers without devices
+        # changed, the other nodes' own pools are merged into the new shared tuple as they are
+        # read (`NodePoolsMap`), not all re-wrapped here.
+        self.pools = _pools_map(previous.pools).updated(pools, catalog.shared, catalog.shared_keys)
+        self.blocks = _overlay(previous.blocks).replacing(blocks)
         self.node_has_invalid_pool = invalid
         rebuilt = sorted(self.node_pos[name] for name in self.rebuilt)
         if self._patch_rows(previous, rebuilt):
@@ -495,7 +587,6 @@ class DeviceIndex:
         self.row_node = previous.row_node
         self.node_start = previous.node_start
         self.link_offset = previous.link_offset
-        self.row_device = list(previous.row_device)
         spans = [
             (int(self.node_start[position]), int(self.node_start[position + 1]), block)
             for position, block in zip(rebuilt, new_blocks, strict=True)
@@ -511,13 +602,14 @@ class DeviceIndex:
                 if block.links is not None and (offset := int(self.link_offset[position])) >= 0
             ],
         )
-        for start, stop, block in spans:
-            self.row_device[start:stop] = block.devices
+        for start, _, block in spans:
             if same_ids:
-                continue
+                break
             for row, device in enumerate(block.devices, start):
                 if row_ids.setdefault(device.id, row) != row:
                     return False  # now on several rows: the full build finds them all
+        # The previous generation's row list is shared; the rebuilt nodes' rows are spans over it.
+        self.row_device = previous.row_device.patched([(start, block.devices) for start, _, block in spans])
         self.rows_of = rows_of if same_ids else RowsOf.from_rows(row_ids)
         return True
 
@@ -525,7 +617,7 @@ class DeviceIndex:
         blocks = [self.blocks[name] for name in self.node_names]
         sizes = [len(block.devices) for block in blocks]
         self.row_node = np.repeat(np.arange(len(blocks), dtype=np.int32), sizes)
-        self.row_device = list(chain.from_iterable(block.devices for block in blocks))
+        self.row_device = SpannedList(list(chain.from_iterable(block.devices for block in blocks)))
         self.row_special = np.fromiter(chain.from_iterable(b.special for b in blocks), dtype=bool)
         self.row_tainted = np.fromiter(chain.from_iterable(b.tainted for b in blocks), dtype=bool)
         self.node_start = np.zeros(len(blocks) + 1, dtype=np.int64)
@@ -544,7 +636,7 @@ class DeviceIndex:
                 matrices.append(block.links.ravel())
                 used += block.links.size
         self.link_distance = np.concatenate(matrices) if matrices else np.zeros(0)
-        self.rows_of = RowsOf([device.id for device in self.row_device])
+        self.rows_of = RowsOf([device.id for device in chain.from_iterable(b.devices for b in blocks)])
 
     @property
     def cached_masks(self) -> int:
@@ -841,7 +933,7 @@ def _replay(
         changed[(kind, key)] = None
     slices = list(previous.slices)
     parsed_by_raw = dict(previous.parsed_by_raw)
-    nodes = dict(previous.nodes)
+    nodes = previous.nodes  # copied at the first Node change (shared otherwise: never changed)
     replaced: list[tuple[Slice, Slice]] = []
     changed_nodes: set[str] = set()
     raw_ids = list(previous.slice_keys[1])
@@ -852,6 +944,8 @@ def _replay(
         if kind == "Node":
             if key[1] not in nodes:
                 return None
+            if nodes is previous.nodes:
+                nodes = dict(nodes)
             nodes[key[1]] = raw
             changed_nodes.add(key[1])
             continue
