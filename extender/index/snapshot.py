@@ -371,7 +371,7 @@ class DeviceIndex:
         generation: int,
         features: Features,
         nodes: dict[str, Obj],
-        slices: list[Slice],
+        slices: Sequence[Slice],
         classes: dict[str, DeviceClassSpec],
         evaluator: CachingEvaluator,
         topology: TopologyModel,
@@ -429,11 +429,11 @@ class DeviceIndex:
         self._next_code: Iterator[int] = count()
         # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
         self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
-        # id(raw ResourceSlice) -> (raw, parsed Slice); lets the next build skip unchanged slices
-        # (the raw object is held, so no other object can have its id meanwhile).
-        self.parsed_by_raw: dict[int, tuple[Obj, Slice]] = {}
+        # Per slice, the raw ResourceSlice it was parsed from: lets the next build skip unchanged
+        # slices (the raw object is held, so no other object can have its id meanwhile).
+        self.slice_raws: Sequence[Obj] = ()
         # Where each slice came from (`_parse_slices`) and from which state, for `_replay`.
-        self.slice_keys: _SliceKeys | None = None
+        self.slice_keys: dict[Key, int] | None = None  # slice position by key
         self.state_ref: weakref.ref[ClusterState] | None = None
 
     # ----------------------------------------------------------------- nodes
@@ -809,12 +809,15 @@ def build_index(
     """Build a snapshot from the state, re-using parsed slices of `previous` that did not change."""
     replay = _replay(state, features, previous) if previous is not None else None
     changed_nodes: set[str] | None = None
-    slice_keys: _SliceKeys | None
+    slice_keys: dict[Key, int] | None
     replaced: list[tuple[Slice, Slice]] | None
+    slices: Sequence[Slice]
+    raws: Sequence[Obj]
     if replay is not None:
-        slices, parsed_by_raw, slice_keys, replaced, nodes, changed_nodes = replay
+        slices, raws, slice_keys, replaced, nodes, changed_nodes = replay
     else:
-        slices, parsed_by_raw, slice_keys = _parse_slices(state, features, previous)
+        parsed, parsed_raws, slice_keys = _parse_slices(state, features, previous)
+        slices, raws = SpannedList(parsed), SpannedList(parsed_raws)
         # Slices replaced in place (same count, the others the very same objects): the pool
         # catalog then re-does only their pools (`PoolCatalog.replacing`).
         replaced = None
@@ -856,7 +859,7 @@ def build_index(
         replaced=replaced,
         changed_nodes=changed_nodes,
     )
-    index.parsed_by_raw = parsed_by_raw
+    index.slice_raws = raws
     index.slice_keys = slice_keys
     index.state_ref = weakref.ref(state)
     index.parsed_classes = parsed_classes
@@ -866,19 +869,21 @@ def build_index(
 
 
 #: Per slice position: key -> position, and the id of the raw object it was parsed from.
-_SliceKeys = tuple[dict[Key, int], list[int]]
-_Parsed = tuple[list[Slice], dict[int, tuple[Obj, Slice]], _SliceKeys | None]
+_Parsed = tuple[list[Slice], list[Obj], dict[Key, int] | None]
 
 
 def _parse_slices(state: ClusterState, features: Features, previous: DeviceIndex | None) -> _Parsed:
     """Every slice of the state, parsed (or `previous`'s parse of the very same raw object), in
     cluster order; with each slice's position by key (None if some slice could not be parsed)."""
-    reuse = previous.parsed_by_raw if previous is not None else {}
+    reuse: dict[int, tuple[Obj, Slice]] = (
+        {id(raw): (raw, s) for raw, s in zip(previous.slice_raws, previous.slices, strict=True)}
+        if previous is not None
+        else {}
+    )
     rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
-    parsed_by_raw: dict[int, tuple[Obj, Slice]] = {}
     slices: list[Slice] = []
     keys: list[Key] | None = []
-    raw_ids: list[int] = []
+    raws: list[Obj] = []
     for raw in state.iter("ResourceSlice"):
         known = reuse.get(id(raw)) if not rule_taints else None
         if known is not None and known[0] is raw:  # the raw object is held: its id is its own
@@ -893,23 +898,22 @@ def _parse_slices(state: ClusterState, features: Features, previous: DeviceIndex
                 continue
             if rule_taints:
                 slice_ = _with_rule_taints(slice_, rule_taints)
-        parsed_by_raw[id(raw)] = (raw, slice_)
         slices.append(slice_)
-        raw_ids.append(id(raw))
+        raws.append(raw)
         if keys is not None:
             keys.append(object_key(raw))
     if keys is None:
-        return slices, parsed_by_raw, None
-    return slices, parsed_by_raw, (dict(zip(keys, range(len(keys)), strict=True)), raw_ids)
+        return slices, raws, None
+    return slices, raws, dict(zip(keys, range(len(keys)), strict=True))
 
 
 def _replay(
     state: ClusterState, features: Features, previous: DeviceIndex
 ) -> (
     tuple[
-        list[Slice],
-        dict[int, tuple[Obj, Slice]],
-        _SliceKeys,
+        SpannedList[Slice],
+        SpannedList[Obj],
+        dict[Key, int],
         list[tuple[Slice, Slice]],
         dict[str, Obj],
         set[str],
@@ -931,12 +935,12 @@ def _replay(
         if op != UPDATED or kind not in ("ResourceSlice", "Node"):
             return None
         changed[(kind, key)] = None
-    slices = list(previous.slices)
-    parsed_by_raw = dict(previous.parsed_by_raw)
     nodes = previous.nodes  # copied at the first Node change (shared otherwise: never changed)
     replaced: list[tuple[Slice, Slice]] = []
     changed_nodes: set[str] = set()
-    raw_ids = list(previous.slice_keys[1])
+    # The previous generation's slice lists are shared; replaced slices are spans over them.
+    writes: list[tuple[int, list[Slice]]] = []
+    raw_writes: list[tuple[int, list[Obj]]] = []
     for kind, key in changed:
         raw = state.get_by_key(kind, key)
         if raw is None:
@@ -949,22 +953,26 @@ def _replay(
             nodes[key[1]] = raw
             changed_nodes.add(key[1])
             continue
-        position = previous.slice_keys[0].get(key)
+        position = previous.slice_keys.get(key)
         if position is None:
             return None
-        old = slices[position]
+        old = previous.slices[position]
         # Parsed again even when the spec is the same: a new object is a new Slice, as in the
         # full pass (tests/index pin that the touched node's rows are evaluated again).
         try:
             new = parse_slice(raw)
         except (KeyError, ValueError, TypeError):
             return None  # the full pass logs and skips it
-        parsed_by_raw.pop(raw_ids[position], None)
         replaced.append((old, new))
-        parsed_by_raw[id(raw)] = (raw, new)
-        raw_ids[position] = id(raw)
-        slices[position] = new
-    return slices, parsed_by_raw, (previous.slice_keys[0], raw_ids), replaced, nodes, changed_nodes
+        writes.append((position, [new]))
+        raw_writes.append((position, [raw]))
+    slices = _spanned(previous.slices).patched(writes)
+    raws = _spanned(previous.slice_raws).patched(raw_writes)
+    return slices, raws, previous.slice_keys, replaced, nodes, changed_nodes
+
+
+def _spanned(items: Sequence[_T]) -> SpannedList[_T]:
+    return items if isinstance(items, SpannedList) else SpannedList(list(items))
 
 
 def _taint_rules(rules: Iterable[Obj]) -> list[tuple[dict[str, Any], Taint]]:
