@@ -16,13 +16,16 @@ re-does just their pools; only the nodes those pools name are gathered again; wh
 block keeps its row count, the row columns are the previous generation's with those rows written
 over (`patched`), and everything derived per row (masks, attribute codes, counter columns,
 parent-GPU groups, the free mask) copies the previous generation's rows and re-derives the
-rebuilt nodes' only. Otherwise the columns are concatenated from the blocks.
+rebuilt nodes' only. Otherwise the columns are concatenated from the blocks. Containers of
+Python objects are shared with the previous generation, not copied (`extender.index.overlay`):
+the slice and row lists carry the replaced entries as spans, the node -> block and node -> pools
+maps the replaced entries, so a change costs no incref, GC walk or decref per row or per node.
 
 Rows: one row per (node, device the node can use), in the allocator's search order for that
 node (pools by driver/pool name, slices by name, devices as listed). A network-attached device
 appears once per node that can reach it. Columns:
 - `row_node` (int32): the node's position in `node_names`;
-- `row_device`: the Device object (identity shared across nodes);
+- `row_device`: the Device object (identity shared across nodes), a `SpannedList`;
 - `row_special` (bool): the device needs the exact search (counters, shared capacity,
   binding conditions, per-device node selection);
 - `row_tainted` (bool): the device has a taint that blocks unless tolerated;
