@@ -880,8 +880,8 @@ def _parse_slices(state: ClusterState, features: Features, previous: DeviceIndex
     cluster order; with each slice's position by key (None if some slice could not be parsed)."""
     reuse: dict[int, tuple[Obj, Slice]] = (
         {id(raw): (raw, s) for raw, s in zip(previous.slice_raws, previous.slices, strict=True)}
-        if previous is not None
-        else {}
+        if previous is not None and len(previous.slice_raws) == len(previous.slices)
+        else {}  # an index not made by `build_index` has no raw objects to match
     )
     rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
     slices: list[Slice] = []
