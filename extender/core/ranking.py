@@ -274,7 +274,7 @@ def _claim_patterns(claims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     opaque records, several times slower on thousands of nodes)."""
     rows, width = claims.shape
     base = int(claims.max(initial=-1)) + 2
-    if rows and width and base ** width < 2**62:
+    if rows and width and base**width < 2**62:
         weights = base ** np.arange(width - 1, -1, -1, dtype=np.int64)
         keys = (claims + 1) @ weights  # lexicographic order of the rows, as numpy's
         _, first, group = np.unique(keys, return_index=True, return_inverse=True)
