@@ -311,14 +311,27 @@ class FirstFitBook:
     (thousands of nodes must not become thousands of Python objects on the filter path)."""
 
     def __init__(self) -> None:
-        self._where: dict[str, int] = {}  # name -> its position over all batches, in add order
+        self._where_made: dict[str, int] = {}  # name -> its position over all batches, in add order
         self._batches: list[tuple[np.ndarray, np.ndarray]] = []
-        self._size = 0
+        self._pending: list[list[str]] = []  # names of the batches not yet in `_where_made`
+        self._size = 0  # positions handed out so far
 
     def add(self, names: list[str], chosen: np.ndarray, chosen_slot: np.ndarray) -> None:
+        """Keep a batch; the name -> position map is made when first read (`_where`): filter
+        adds thousands of names and only prioritize, and bind for one node, read them."""
+        if len(names) != len(chosen):
+            raise ValueError(f"{len(names)} names for {len(chosen)} chosen sets")
         self._batches.append((chosen, chosen_slot))
-        self._where.update(zip(names, range(self._size, self._size + len(names)), strict=True))
-        self._size += len(names)
+        self._pending.append(names)
+
+    @property
+    def _where(self) -> dict[str, int]:
+        where = self._where_made
+        for names in self._pending:
+            where.update(zip(names, range(self._size, self._size + len(names)), strict=True))
+            self._size += len(names)
+        self._pending = []
+        return where
 
     def __contains__(self, name: object) -> bool:
         return name in self._where

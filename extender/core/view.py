@@ -17,7 +17,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,9 +76,10 @@ class ClusterView:
         """The device index for the current device generation (rebuilt when it changed)."""
         if self._index is None or self._index.generation != self.state.devices_generation:
             started = time.perf_counter()
-            self._index = build_index(
-                self.state, self.features, previous=self._index, topology=self._topology
-            )
+            with self._collector_paused():
+                self._index = build_index(
+                    self.state, self.features, previous=self._index, topology=self._topology
+                )
             log.info(
                 "device index generation %d: %d nodes, %d device rows, built in %.1f ms",
                 self._index.generation,
@@ -87,6 +88,27 @@ class ClusterView:
                 (time.perf_counter() - started) * 1000,
             )
         return self._index
+
+    @contextlib.contextmanager
+    def _collector_paused(self) -> Iterator[None]:
+        """No cyclic garbage collection while a generation is built; with `freeze_caches`, what
+        it made is frozen right after (as `freeze_new_caches` does after a call).
+
+        A new generation makes a few containers that point at thousands of long-lived objects
+        (the shared row list's spans, the node maps, the pool catalog's dicts). A collection of
+        the youngest generation walks every pointer of every young container, and each one is a
+        cache miss on a cold object: at 5,000 mixed nodes collections during and right after a
+        one-slice change cost ~20 ms of a ~50 ms filter call. Frozen, they are never walked.
+        """
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if self._freeze_caches:
+                gc.freeze()
+            if enabled:
+                gc.enable()
 
     def current_index(self) -> DeviceIndex | None:
         """The device index as last built, without building one (for /metrics on the event loop)."""

@@ -154,8 +154,12 @@ def _file(
     plains: list[bool] = []
     drivers: list[int] = []
     multiple: list[bool] = []
-    for row in rows.tolist():
-        device = row_device[row]
+    # Every row in order: iterate (row_device may be a SpannedList, whose indexing bisects).
+    everything = len(rows) == len(row_device) and (
+        len(rows) == 0 or (rows[0] == 0 and rows[-1] == len(rows) - 1)
+    )
+    pairs = enumerate(row_device) if everything else ((row, row_device[row]) for row in rows.tolist())
+    for row, device in pairs:
         is_plain = True
         for name, raw in device.attributes.items():
             found = coded.get(id(raw))

@@ -35,6 +35,7 @@ from extender.allocator.compatibility import slice_uses_groups
 from extender.allocator.features import Features
 from extender.allocator.model import DeviceID, PoolID, Slice
 from extender.allocator.pools import Pool
+from extender.index.overlay import SpannedList
 from extender.index.snapshot import DeviceIndex, _NodeBlock, patched_array
 from extender.quantity import Quantity
 
@@ -43,6 +44,9 @@ _INT64_MAX = 2**63 - 1
 _UNIT = 1000
 
 
+#: `available` starts from the last result while at most this share of the counters must be
+#: counted again (past it, one full count is as cheap).
+REDO_SHARE = 0.25
 #: id(quantity) -> (quantity, milli): quantities parsed from one text are one object
 #: (`Quantity.parse`), so the few a fleet states are converted once.
 _MILLI: dict[int, tuple[Quantity, int | None]] = {}
@@ -192,16 +196,16 @@ class CounterColumns:
     def __init__(self, index: DeviceIndex, cache: dict[int, tuple[_NodeBlock, _BlockCounters]]) -> None:
         self.serial = index.serial
         parts: list[_BlockCounters] = []
-        self._cache: dict[int, tuple[_NodeBlock, _BlockCounters]] = {}
-        self._blocks: list[_NodeBlock] = []  # per node position, the block of `_parts`
+        blocks: list[_NodeBlock] = []  # per node position, the block of `parts`
         for name in index.node_names:
             block = index.blocks[name]
-            self._blocks.append(block)
+            blocks.append(block)
             hit = cache.get(id(block))
             if hit is None or hit[0] is not block:
                 hit = (block, _block_counters(block, index.features))
-            self._cache[id(block)] = hit
             parts.append(hit[1])
+        # Per node position, shared with later generations that patch some positions (`patched`).
+        self._blocks: SpannedList[_NodeBlock] = SpannedList(blocks)
         num_nodes = len(parts)
         rows = np.array([len(p.row_ptr) - 1 for p in parts], dtype=np.int64)
         if not np.array_equal(rows, np.diff(index.node_start)):
@@ -253,8 +257,14 @@ class CounterColumns:
         self.local_start = np.zeros(num_nodes + 1, dtype=np.int64)
         np.cumsum(local, out=self.local_start[1:])
         self.has_foreign = any(p.foreign for p in parts)
-        self._parts = parts
+        self._row_node = index.row_node
+        self._parts: SpannedList[_BlockCounters] = SpannedList(parts)
         self._available: tuple[np.ndarray, np.ndarray] | None = None
+        self._inherited: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def block_cache(self) -> dict[int, tuple[_NodeBlock, _BlockCounters]]:
+        """id(block) -> (block, its columns), for a later generation built from the blocks."""
+        return {id(block): (block, part) for block, part in zip(self._blocks, self._parts, strict=True)}
 
     @classmethod
     def patched(cls, index: DeviceIndex, previous: CounterColumns) -> CounterColumns | None:
@@ -270,10 +280,9 @@ class CounterColumns:
         if patch is None or patch[0] != previous.serial or previous.has_foreign:
             return None
         _, rebuilt, touched, incomplete_same = patch
-        parts = list(previous._parts)
-        blocks = list(previous._blocks)
-        cache = dict(previous._cache)
+        parts = previous._parts
         new: list[tuple[int, _BlockCounters]] = []
+        new_blocks: list[tuple[int, list[_NodeBlock]]] = []
         for position in rebuilt.tolist():
             block = index.blocks[index.node_names[position]]
             part = _block_counters(block, index.features)
@@ -286,11 +295,8 @@ class CounterColumns:
                 or len(part.row_ptr) != len(old.row_ptr)
             ):
                 return None
-            cache.pop(id(blocks[position]), None)
-            cache[id(block)] = (block, part)
-            parts[position] = part
-            blocks[position] = block
             new.append((position, part))
+            new_blocks.append((position, [block]))
         self = cls.__new__(cls)
         self.serial = index.serial
         self.counter_start, self.nnz_start, self.local_start = (
@@ -299,6 +305,7 @@ class CounterColumns:
             previous.local_start,
         )
         self.counter_node = previous.counter_node
+        self._row_node = index.row_node
         node_start = index.node_start
         spans = []
         for position, part in new:
@@ -345,9 +352,15 @@ class CounterColumns:
         else:
             self.incomplete = _incomplete_nodes(index)
         self.has_foreign = False
-        self._parts = parts
-        self._blocks = blocks
-        self._cache = cache
+        # The previous generation's last `available` and the counters whose value or consumers
+        # this one rewrote: the first `available` here redoes those and the ones whose held
+        # consumers changed, not every counter.
+        self._inherited = None
+        if previous._available is not None:
+            rebuilt_positions = np.array([position for position, _ in new], dtype=np.int64)
+            self._inherited = (*previous._available, rebuilt_positions)
+        self._parts = previous._parts.patched([(position, [part]) for position, part in new])
+        self._blocks = previous._blocks.patched(new_blocks)
         self._available = None
         return self
 
@@ -356,13 +369,67 @@ class CounterColumns:
         return self._parts[position].names
 
     def available(self, free: np.ndarray) -> np.ndarray:
-        """Per counter, its value minus what held devices (rows not `free`) consume (cached per mask)."""
-        if self._available is not None and self._available[0] is free:
-            return self._available[1]
-        held = ~free[self.consumer_row]
-        result = self.capacity.copy()
-        np.subtract.at(result, self.consumer_counter[held], self.consumer_amount[held])
+        """Per counter, its value minus what held devices (rows not `free`) consume (cached per mask).
+
+        From the last result (this generation's, or the previous generation's for patched
+        columns) when few counters can differ: the counters of the nodes whose rows changed
+        between the two masks, and of the nodes the patch rewrote, are counted again; the rest
+        are copied. A claim change or a one-slice change then costs its nodes' counters.
+        """
+        last = self._available
+        if last is not None and last[0] is free:
+            return last[1]
+        base: tuple[np.ndarray, np.ndarray] | None = last
+        rewritten: np.ndarray | None = None
+        if last is None and self._inherited is not None:
+            base, rewritten = self._inherited[:2], self._inherited[2]
+        self._inherited = None  # used once: do not keep the previous generation's masks alive
+        result = self._available_from(base, rewritten, free) if base is not None else None
+        if result is None:
+            held = ~free[self.consumer_row]
+            result = self.capacity.copy()
+            np.subtract.at(result, self.consumer_counter[held], self.consumer_amount[held])
         self._available = (free, result)
+        return result
+
+    def _available_from(
+        self, base: tuple[np.ndarray, np.ndarray], rewritten: np.ndarray | None, free: np.ndarray
+    ) -> np.ndarray | None:
+        """`available(free)` from `base` = (an earlier mask, the counters' availability under it)
+        when at most `REDO_SHARE` of the nodes (or counters) can differ; None otherwise.
+
+        `rewritten`: positions of nodes whose counters or consumers differ from `base`'s columns.
+        Without consumers outside their node's rows, a node's counters depend on its own rows
+        only: the nodes whose rows changed are found from the rows, and only their counter and
+        consumer ranges are read (no pass over every consumer).
+        """
+        before, values = base
+        if len(before) != len(free) or len(values) != len(self.capacity):
+            return None
+        if not self.has_foreign:
+            nodes = np.unique(self._row_node[np.flatnonzero(before != free)])
+            if rewritten is not None and len(rewritten):
+                nodes = np.union1d(nodes, rewritten)
+            if len(nodes) > REDO_SHARE * (len(self.counter_start) - 1):
+                return None
+            counters = _ranges(self.counter_start, nodes)
+            consumers = _ranges(self.local_start, nodes)
+            result = values.copy()
+            result[counters] = self.capacity[counters]
+            take = consumers[~free[self.consumer_row[consumers]]]
+            np.subtract.at(result, self.consumer_counter[take], self.consumer_amount[take])
+            return result
+        if rewritten is not None:
+            return None  # patched columns never have foreign consumers
+        moved = (before != free)[self.consumer_row]  # consumer entries whose row changed
+        redo = np.zeros(len(self.capacity), dtype=bool)
+        redo[self.consumer_counter[moved]] = True
+        if np.count_nonzero(redo) > REDO_SHARE * len(redo):
+            return None
+        result = values.copy()
+        result[redo] = self.capacity[redo]
+        take = redo[self.consumer_counter] & ~free[self.consumer_row]
+        np.subtract.at(result, self.consumer_counter[take], self.consumer_amount[take])
         return result
 
     def overdrawn_nodes(self, available: np.ndarray) -> np.ndarray:
@@ -386,9 +453,22 @@ def counter_columns(index: DeviceIndex) -> CounterColumns:
         return _last
     columns = CounterColumns.patched(index, _last) if _last is not None else None
     if columns is None:
-        columns = CounterColumns(index, _last._cache if _last is not None else {})
+        columns = CounterColumns(index, _last.block_cache() if _last is not None else {})
     _last, _last_index = columns, weakref.ref(index)
     return columns
+
+
+def _ranges(starts: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """`starts[p]:starts[p + 1]` for each position, concatenated (int64, no Python per position)."""
+    low = starts[positions]
+    sizes = starts[positions + 1] - low
+    total = int(sizes.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    first = np.zeros(len(sizes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=first[1:])
+    out: np.ndarray = np.arange(total, dtype=np.int64) + np.repeat(low - first, sizes)
+    return out
 
 
 def to_fraction(amount: int) -> Fraction:

@@ -16,13 +16,16 @@ re-does just their pools; only the nodes those pools name are gathered again; wh
 block keeps its row count, the row columns are the previous generation's with those rows written
 over (`patched`), and everything derived per row (masks, attribute codes, counter columns,
 parent-GPU groups, the free mask) copies the previous generation's rows and re-derives the
-rebuilt nodes' only. Otherwise the columns are concatenated from the blocks.
+rebuilt nodes' only. Otherwise the columns are concatenated from the blocks. Containers of
+Python objects are shared with the previous generation, not copied (`extender.index.overlay`):
+the slice and row lists carry the replaced entries as spans, the node -> block and node -> pools
+maps the replaced entries, so a change costs no incref, GC walk or decref per row or per node.
 
 Rows: one row per (node, device the node can use), in the allocator's search order for that
 node (pools by driver/pool name, slices by name, devices as listed). A network-attached device
 appears once per node that can reach it. Columns:
 - `row_node` (int32): the node's position in `node_names`;
-- `row_device`: the Device object (identity shared across nodes);
+- `row_device`: the Device object (identity shared across nodes), a `SpannedList`;
 - `row_special` (bool): the device needs the exact search (counters, shared capacity,
   binding conditions, per-device node selection);
 - `row_tainted` (bool): the device has a taint that blocks unless tolerated;
@@ -54,6 +57,7 @@ from extender.allocator.taints import BLOCKING_EFFECTS
 from extender.cluster.state import UPDATED, ClusterState, Key, object_key
 from extender.index import selector_groups
 from extender.index.attribute_table import MALFORMED, AttributeTable, value_code
+from extender.index.overlay import OverlayDict, SpannedList
 from extender.index.selecting import CachingEvaluator
 from extender.index.topology import NODE_LEVEL, TopologyModel
 from extender.lru import SizedLRU
@@ -286,12 +290,84 @@ def _pools_with_devices(pools: NodePools, catalog: PoolCatalog) -> list[Pool]:
     return sorted([*own, *shared], key=search_key) if own else shared
 
 
+#: Shared-tuple changes a `NodePoolsMap` re-wraps on read before it re-wraps every entry once
+#: (so entries do not keep old shared tuples, and their old marker pools, alive for long).
+STALE_SHARED_LIMIT = 64
+
+
+class NodePoolsMap(Mapping[str, NodePools]):
+    """Node -> NodePools, shared between generations (`OverlayDict`), merged into this
+    generation's shared tuple as read.
+
+    A change to a pool every node sees (e.g. one node's counter-only marker) gives every node a
+    new shared tuple; re-wrapping 5,000 NodePools per such change cost ~5 ms, so an entry made
+    for another shared tuple is re-wrapped (`NodePools.with_shared`, nothing sorted) the first
+    time this generation reads it.
+    """
+
+    __slots__ = ("_entries", "_keys", "_rewrapped", "_shared", "_stale")
+
+    def __init__(
+        self,
+        entries: OverlayDict[str, NodePools],
+        shared: tuple[Pool, ...],
+        keys: tuple[tuple[bool, PoolID], ...],
+        stale: int = 0,
+    ) -> None:
+        self._entries = entries
+        self._shared, self._keys = shared, keys
+        self._rewrapped: dict[str, NodePools] = {}
+        self._stale = stale  # shared tuples since every entry was made for the current one
+
+    def updated(
+        self, changes: dict[str, NodePools], shared: tuple[Pool, ...], keys: tuple[tuple[bool, PoolID], ...]
+    ) -> NodePoolsMap:
+        """The next generation's map: `changes` replace their entries, `shared` is the tuple."""
+        stale = self._stale + (shared is not self._shared)
+        if stale > STALE_SHARED_LIMIT:
+            merged = {name: pools.with_shared(shared, keys) for name, pools in self._entries.items()}
+            merged.update(changes)
+            return NodePoolsMap(OverlayDict(merged), shared, keys)
+        return NodePoolsMap(self._entries.replacing(changes), shared, keys, stale)
+
+    def __getitem__(self, name: str) -> NodePools:
+        pools = self._entries[name]
+        if pools.shared is self._shared:
+            return pools
+        found = self._rewrapped.get(name)
+        if found is None:  # the same value on every read: a race only builds it twice
+            found = self._rewrapped[name] = pools.with_shared(self._shared, self._keys)
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _pools_map(pools: Mapping[str, NodePools]) -> NodePoolsMap:
+    if isinstance(pools, NodePoolsMap):
+        return pools
+    first = next(iter(pools.values()), None)
+    shared = first.shared if first is not None else ()
+    keys = first.shared_keys if first is not None else ()
+    return NodePoolsMap(OverlayDict(dict(pools)), shared, keys, stale=STALE_SHARED_LIMIT)
+
+
+def _overlay(blocks: Mapping[str, _NodeBlock]) -> OverlayDict[str, _NodeBlock]:
+    return blocks if isinstance(blocks, OverlayDict) else OverlayDict(dict(blocks))
+
+
 class DeviceIndex:
     """One immutable generation of the device index (see module docstring)."""
 
     # The row columns (`_build_rows` or `_patch_rows`; see the module docstring).
     row_node: np.ndarray
-    row_device: list[Device]
+    row_device: SpannedList[Device]  # a list shared with earlier generations, plus spans
     row_special: np.ndarray
     row_tainted: np.ndarray
     row_coords: np.ndarray
@@ -307,11 +383,11 @@ class DeviceIndex:
         generation: int,
         features: Features,
         nodes: dict[str, Obj],
-        slices: list[Slice],
+        slices: Sequence[Slice],
         classes: dict[str, DeviceClassSpec],
         evaluator: CachingEvaluator,
         topology: TopologyModel,
-        previous_blocks: dict[str, _NodeBlock] | None = None,
+        previous_blocks: Mapping[str, _NodeBlock] | None = None,
         previous_catalog: PoolCatalog | None = None,
         previous: DeviceIndex | None = None,
         replaced: list[tuple[Slice, Slice]] | None = None,
@@ -327,8 +403,12 @@ class DeviceIndex:
         self.topology = topology
         self.features = features
         self.nodes = nodes
-        self.node_names: list[str] = list(nodes)
-        self.node_pos: dict[str, int] = {name: i for i, name in enumerate(self.node_names)}
+        if previous is not None and previous.nodes is nodes:  # no node changed: shared, never changed
+            self.node_names: list[str] = previous.node_names
+            self.node_pos: dict[str, int] = previous.node_pos
+        else:
+            self.node_names = list(nodes)
+            self.node_pos = {name: i for i, name in enumerate(self.node_names)}
         self.slices = slices
         self.classes = classes
         self.evaluator = evaluator
@@ -338,8 +418,10 @@ class DeviceIndex:
         self.catalog = catalog if catalog is not None else PoolCatalog(slices, features, previous_catalog)
         self.by_pool: dict[PoolID, list[Slice]] = self.catalog.by_pool
         reuse = previous_blocks or {}
-        self.blocks: dict[str, _NodeBlock] = {}
-        self.pools: dict[str, NodePools] = {}
+        # Node -> its block and its pools; shared with the previous generation where it re-used
+        # them (`OverlayDict`), so a one-node change copies neither dict.
+        self.blocks: Mapping[str, _NodeBlock] = {}
+        self.pools: Mapping[str, NodePools] = {}
         self.rebuilt: list[str] = []  # nodes whose block this snapshot built (not re-used)
         touched = self._touched_nodes(previous, previous_blocks, changed_nodes)
         if previous is not None and touched is not None:
@@ -360,18 +442,19 @@ class DeviceIndex:
         self._table: AttributeTable | None = None  # built on first need (`attribute_table`)
         # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
         self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
-        # id(raw ResourceSlice) -> (raw, parsed Slice); lets the next build skip unchanged slices
-        # (the raw object is held, so no other object can have its id meanwhile).
-        self.parsed_by_raw: dict[int, tuple[Obj, Slice]] = {}
+        # Per slice, the raw ResourceSlice it was parsed from: lets the next build skip unchanged
+        # slices (the raw object is held, so no other object can have its id meanwhile).
+        self.slice_raws: Sequence[Obj] = ()
         # Where each slice came from (`_parse_slices`) and from which state, for `_replay`.
-        self.slice_keys: _SliceKeys | None = None
+        self.slice_keys: dict[Key, int] | None = None  # slice position by key
         self.state_ref: weakref.ref[ClusterState] | None = None
 
     # ----------------------------------------------------------------- nodes
-    def _node(self, name: str, node: Obj, reuse: Mapping[str, _NodeBlock]) -> bool:
-        """Gather one node's pools and block (re-used while its key holds); its invalid-pool flag."""
+    def _node(
+        self, name: str, node: Obj, reuse: Mapping[str, _NodeBlock]
+    ) -> tuple[NodePools, _NodeBlock, bool]:
+        """One node's pools and block (re-used while its key holds), and its invalid-pool flag."""
         pools = self.catalog.pools_for(name, node)
-        self.pools[name] = pools
         with_devices = _pools_with_devices(pools, self.catalog)
         # A node's rows depend on its node object and the pools that give it devices; Pool
         # objects are memoised per pool, so an unchanged pool is the very same object.
@@ -380,21 +463,28 @@ class DeviceIndex:
         if block is None or block.key != key:
             block = _node_block(key, node, with_devices, self.features, self.topology)
             self.rebuilt.append(name)
-        self.blocks[name] = block
-        return any(p.invalid for p in pools.own) or any(
+        invalid = any(p.invalid for p in pools.own) or any(
             i not in pools.hidden for i in self.catalog.shared_invalid
         )
+        return pools, block, invalid
 
     def _gather_nodes(self, reuse: Mapping[str, _NodeBlock]) -> None:
         """Every node's pools and block, and the rows from them."""
-        invalid = [self._node(name, node, reuse) for name, node in self.nodes.items()]
+        blocks: dict[str, _NodeBlock] = {}
+        pools: dict[str, NodePools] = {}
+        invalid: list[bool] = []
+        for name, node in self.nodes.items():
+            pools[name], blocks[name], bad = self._node(name, node, reuse)
+            invalid.append(bad)
+        self.blocks = OverlayDict(blocks)
+        self.pools = NodePoolsMap(OverlayDict(pools), self.catalog.shared, self.catalog.shared_keys)
         self.node_has_invalid_pool = np.array(invalid, dtype=bool)
         self._build_rows()
 
     def _touched_nodes(
         self,
         previous: DeviceIndex | None,
-        previous_blocks: dict[str, _NodeBlock] | None,
+        previous_blocks: Mapping[str, _NodeBlock] | None,
         changed_nodes: set[str] | None,
     ) -> set[str] | None:
         """The nodes whose pools can differ from `previous`'s, or None to gather every node.
@@ -445,15 +535,20 @@ class DeviceIndex:
         incomplete_same = shared_same or {p.id for p in catalog.shared if p.incomplete} == {
             p.id for p in previous.catalog.shared if p.incomplete
         }
-        if shared_same:
-            self.pools = dict(previous.pools)
-        else:  # only markers without devices changed: same own pools, the new shared tuple
-            shared, keys = catalog.shared, catalog.shared_keys
-            self.pools = {name: pools.with_shared(shared, keys) for name, pools in previous.pools.items()}
-        self.blocks = dict(previous.blocks)
         invalid = previous.node_has_invalid_pool.copy()
+        pools: dict[str, NodePools] = {}
+        blocks: dict[str, _NodeBlock] = {}
         for name in touched:
-            invalid[self.node_pos[name]] = self._node(name, self.nodes[name], previous.blocks)
+            pools[name], block, invalid[self.node_pos[name]] = self._node(
+                name, self.nodes[name], previous.blocks
+            )
+            if block is not previous.blocks[name]:
+                blocks[name] = block
+        # Shared with `previous` but the touched nodes'; when only markers without devices
+        # changed, the other nodes' own pools are merged into the new shared tuple as they are
+        # read (`NodePoolsMap`), not all re-wrapped here.
+        self.pools = _pools_map(previous.pools).updated(pools, catalog.shared, catalog.shared_keys)
+        self.blocks = _overlay(previous.blocks).replacing(blocks)
         self.node_has_invalid_pool = invalid
         rebuilt = sorted(self.node_pos[name] for name in self.rebuilt)
         if self._patch_rows(previous, rebuilt):
@@ -505,7 +600,6 @@ class DeviceIndex:
         self.row_node = previous.row_node
         self.node_start = previous.node_start
         self.link_offset = previous.link_offset
-        self.row_device = list(previous.row_device)
         spans = [
             (int(self.node_start[position]), int(self.node_start[position + 1]), block)
             for position, block in zip(rebuilt, new_blocks, strict=True)
@@ -521,13 +615,14 @@ class DeviceIndex:
                 if block.links is not None and (offset := int(self.link_offset[position])) >= 0
             ],
         )
-        for start, stop, block in spans:
-            self.row_device[start:stop] = block.devices
+        for start, _, block in spans:
             if same_ids:
-                continue
+                break
             for row, device in enumerate(block.devices, start):
                 if row_ids.setdefault(device.id, row) != row:
                     return False  # now on several rows: the full build finds them all
+        # The previous generation's row list is shared; the rebuilt nodes' rows are spans over it.
+        self.row_device = previous.row_device.patched([(start, block.devices) for start, _, block in spans])
         self.rows_of = rows_of if same_ids else RowsOf.from_rows(row_ids)
         return True
 
@@ -535,7 +630,7 @@ class DeviceIndex:
         blocks = [self.blocks[name] for name in self.node_names]
         sizes = [len(block.devices) for block in blocks]
         self.row_node = np.repeat(np.arange(len(blocks), dtype=np.int32), sizes)
-        self.row_device = list(chain.from_iterable(block.devices for block in blocks))
+        self.row_device = SpannedList(list(chain.from_iterable(block.devices for block in blocks)))
         self.row_special = np.fromiter(chain.from_iterable(b.special for b in blocks), dtype=bool)
         self.row_tainted = np.fromiter(chain.from_iterable(b.tainted for b in blocks), dtype=bool)
         self.node_start = np.zeros(len(blocks) + 1, dtype=np.int64)
@@ -554,7 +649,7 @@ class DeviceIndex:
                 matrices.append(block.links.ravel())
                 used += block.links.size
         self.link_distance = np.concatenate(matrices) if matrices else np.zeros(0)
-        self.rows_of = RowsOf([device.id for device in self.row_device])
+        self.rows_of = RowsOf([device.id for device in chain.from_iterable(b.devices for b in blocks)])
 
     @property
     def cached_masks(self) -> int:
@@ -785,12 +880,15 @@ def build_index(
     """Build a snapshot from the state, re-using parsed slices of `previous` that did not change."""
     replay = _replay(state, features, previous) if previous is not None else None
     changed_nodes: set[str] | None = None
-    slice_keys: _SliceKeys | None
+    slice_keys: dict[Key, int] | None
     replaced: list[tuple[Slice, Slice]] | None
+    slices: Sequence[Slice]
+    raws: Sequence[Obj]
     if replay is not None:
-        slices, parsed_by_raw, slice_keys, replaced, nodes, changed_nodes = replay
+        slices, raws, slice_keys, replaced, nodes, changed_nodes = replay
     else:
-        slices, parsed_by_raw, slice_keys = _parse_slices(state, features, previous)
+        parsed, parsed_raws, slice_keys = _parse_slices(state, features, previous)
+        slices, raws = SpannedList(parsed), SpannedList(parsed_raws)
         # Slices replaced in place (same count, the others the very same objects): the pool
         # catalog then re-does only their pools (`PoolCatalog.replacing`).
         replaced = None
@@ -832,7 +930,7 @@ def build_index(
         replaced=replaced,
         changed_nodes=changed_nodes,
     )
-    index.parsed_by_raw = parsed_by_raw
+    index.slice_raws = raws
     index.slice_keys = slice_keys
     index.state_ref = weakref.ref(state)
     index.parsed_classes = parsed_classes
@@ -842,19 +940,21 @@ def build_index(
 
 
 #: Per slice position: key -> position, and the id of the raw object it was parsed from.
-_SliceKeys = tuple[dict[Key, int], list[int]]
-_Parsed = tuple[list[Slice], dict[int, tuple[Obj, Slice]], _SliceKeys | None]
+_Parsed = tuple[list[Slice], list[Obj], dict[Key, int] | None]
 
 
 def _parse_slices(state: ClusterState, features: Features, previous: DeviceIndex | None) -> _Parsed:
     """Every slice of the state, parsed (or `previous`'s parse of the very same raw object), in
     cluster order; with each slice's position by key (None if some slice could not be parsed)."""
-    reuse = previous.parsed_by_raw if previous is not None else {}
+    reuse: dict[int, tuple[Obj, Slice]] = (
+        {id(raw): (raw, s) for raw, s in zip(previous.slice_raws, previous.slices, strict=True)}
+        if previous is not None and len(previous.slice_raws) == len(previous.slices)
+        else {}  # an index not made by `build_index` has no raw objects to match
+    )
     rule_taints = _taint_rules(state.iter("DeviceTaintRule")) if features.device_taint_rules else []
-    parsed_by_raw: dict[int, tuple[Obj, Slice]] = {}
     slices: list[Slice] = []
     keys: list[Key] | None = []
-    raw_ids: list[int] = []
+    raws: list[Obj] = []
     for raw in state.iter("ResourceSlice"):
         known = reuse.get(id(raw)) if not rule_taints else None
         if known is not None and known[0] is raw:  # the raw object is held: its id is its own
@@ -869,23 +969,22 @@ def _parse_slices(state: ClusterState, features: Features, previous: DeviceIndex
                 continue
             if rule_taints:
                 slice_ = _with_rule_taints(slice_, rule_taints)
-        parsed_by_raw[id(raw)] = (raw, slice_)
         slices.append(slice_)
-        raw_ids.append(id(raw))
+        raws.append(raw)
         if keys is not None:
             keys.append(object_key(raw))
     if keys is None:
-        return slices, parsed_by_raw, None
-    return slices, parsed_by_raw, (dict(zip(keys, range(len(keys)), strict=True)), raw_ids)
+        return slices, raws, None
+    return slices, raws, dict(zip(keys, range(len(keys)), strict=True))
 
 
 def _replay(
     state: ClusterState, features: Features, previous: DeviceIndex
 ) -> (
     tuple[
-        list[Slice],
-        dict[int, tuple[Obj, Slice]],
-        _SliceKeys,
+        SpannedList[Slice],
+        SpannedList[Obj],
+        dict[Key, int],
         list[tuple[Slice, Slice]],
         dict[str, Obj],
         set[str],
@@ -907,12 +1006,12 @@ def _replay(
         if op != UPDATED or kind not in ("ResourceSlice", "Node"):
             return None
         changed[(kind, key)] = None
-    slices = list(previous.slices)
-    parsed_by_raw = dict(previous.parsed_by_raw)
-    nodes = dict(previous.nodes)
+    nodes = previous.nodes  # copied at the first Node change (shared otherwise: never changed)
     replaced: list[tuple[Slice, Slice]] = []
     changed_nodes: set[str] = set()
-    raw_ids = list(previous.slice_keys[1])
+    # The previous generation's slice lists are shared; replaced slices are spans over them.
+    writes: list[tuple[int, list[Slice]]] = []
+    raw_writes: list[tuple[int, list[Obj]]] = []
     for kind, key in changed:
         raw = state.get_by_key(kind, key)
         if raw is None:
@@ -920,25 +1019,31 @@ def _replay(
         if kind == "Node":
             if key[1] not in nodes:
                 return None
+            if nodes is previous.nodes:
+                nodes = dict(nodes)
             nodes[key[1]] = raw
             changed_nodes.add(key[1])
             continue
-        position = previous.slice_keys[0].get(key)
+        position = previous.slice_keys.get(key)
         if position is None:
             return None
-        old = slices[position]
+        old = previous.slices[position]
         # Parsed again even when the spec is the same: a new object is a new Slice, as in the
         # full pass (tests/index pin that the touched node's rows are evaluated again).
         try:
             new = parse_slice(raw)
         except (KeyError, ValueError, TypeError):
             return None  # the full pass logs and skips it
-        parsed_by_raw.pop(raw_ids[position], None)
         replaced.append((old, new))
-        parsed_by_raw[id(raw)] = (raw, new)
-        raw_ids[position] = id(raw)
-        slices[position] = new
-    return slices, parsed_by_raw, (previous.slice_keys[0], raw_ids), replaced, nodes, changed_nodes
+        writes.append((position, [new]))
+        raw_writes.append((position, [raw]))
+    slices = _spanned(previous.slices).patched(writes)
+    raws = _spanned(previous.slice_raws).patched(raw_writes)
+    return slices, raws, previous.slice_keys, replaced, nodes, changed_nodes
+
+
+def _spanned(items: Sequence[_T]) -> SpannedList[_T]:
+    return items if isinstance(items, SpannedList) else SpannedList(list(items))
 
 
 def _taint_rules(rules: Iterable[Obj]) -> list[tuple[dict[str, Any], Taint]]:

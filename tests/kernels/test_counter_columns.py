@@ -21,7 +21,8 @@ from extender.cluster.state import ClusterState
 from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
 from extender.core.searching import Classes
-from extender.index.counters import counter_columns, milli
+from extender.index import counters
+from extender.index.counters import CounterColumns, counter_columns, milli
 from extender.quantity import Quantity
 from tests.core.test_tiers_property import make_cluster
 
@@ -82,7 +83,7 @@ def test_a_one_node_change_recomputes_only_that_node() -> None:
     state = ClusterState.from_objects(objects)
     placement = Placement(state, features=Features.from_gates(), assumed=AssumeCache())
     first = counter_columns(placement.index())
-    before = {id(entry[0]): entry[1] for entry in first._cache.values()}
+    before = {id(entry[0]): entry[1] for entry in first.block_cache().values()}
     slice_ = copy.deepcopy(
         next(o for o in objects if o["kind"] == "ResourceSlice" and o["spec"].get("devices"))
     )
@@ -91,9 +92,57 @@ def test_a_one_node_change_recomputes_only_that_node() -> None:
     index = placement.index()
     second = counter_columns(index)
     changed = slice_["spec"]["nodeName"]
+    after = second.block_cache()
     for name in index.node_names:
         block = index.blocks[name]
-        reused = before.get(id(block)) is second._cache[id(block)][1]
+        reused = before.get(id(block)) is after[id(block)][1]
         assert reused == (name != changed), name
     assert len(second.row_ptr) == index.num_rows + 1
     assert np.array_equal(np.diff(second.row_ptr) > 0, second.row_consumes)
+
+
+def _available_by_hand(columns: CounterColumns, free: np.ndarray) -> np.ndarray:
+    held = ~free[columns.consumer_row]
+    want = columns.capacity.copy()
+    np.subtract.at(want, columns.consumer_counter[held], columns.consumer_amount[held])
+    return want
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_available_from_the_last_mask_equals_a_full_count(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`available` redoes only the counters whose held consumers changed since the last mask
+    (and, after a one-slice change, the counters the patch rewrote): always the full count."""
+    monkeypatch.setattr(counters, "REDO_SHARE", 1.0)  # small clusters: take the incremental path
+    for attempt in range(100):  # the first random cluster of this seed with counter consumers
+        objects, _ = make_cluster(random.Random(seed * 1000 + attempt))
+        state = ClusterState.from_objects(objects)
+        placement = Placement(state, features=Features.from_gates(), assumed=AssumeCache())
+        columns = counter_columns(placement.index())
+        if len(columns.consumer_row):
+            break
+    assert len(columns.consumer_row), "no random cluster with counter consumers"
+    gen = np.random.default_rng(seed)
+    free = gen.random(placement.index().num_rows) < 0.7
+    assert np.array_equal(columns.available(free), _available_by_hand(columns, free))
+    for _ in range(5):  # a few rows change at a time: the incremental path
+        before = (free, columns.available(free))
+        free = free.copy()
+        flip = gen.integers(0, len(free), size=1)
+        free[flip] = ~free[flip]
+        incremental = columns._available_from(before, None, free)
+        assert incremental is not None and np.array_equal(incremental, _available_by_hand(columns, free))
+        columns.has_foreign = True  # the general path (consumers on any node's rows) agrees too
+        general = columns._available_from(before, None, free)
+        columns.has_foreign = False
+        assert general is not None and np.array_equal(general, incremental)
+        assert np.array_equal(columns.available(free), _available_by_hand(columns, free))
+    # A slice replaced by the same content under a new version: patched columns inherit the mask.
+    slice_ = next(o for o in objects if o["kind"] == "ResourceSlice" and o["spec"].get("devices"))
+    state.upsert({**slice_, "metadata": {**slice_["metadata"], "resourceVersion": "changed"}})
+    patched = counter_columns(placement.index())
+    if placement.index().patched is not None and patched is not columns:  # rows written over
+        assert patched._inherited is not None  # the previous generation's mask and availability
+    assert np.array_equal(patched.available(free), _available_by_hand(patched, free))
+    free = free.copy()
+    free[: len(free) // 2] = True
+    assert np.array_equal(patched.available(free), _available_by_hand(patched, free))
