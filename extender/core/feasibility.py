@@ -24,6 +24,7 @@ import numpy as np
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.core import scoring
+from extender.core.shapes import ShapeData
 from extender.index.snapshot import DeviceIndex
 
 #: Above this many requests the 2^k subset check gets expensive; such pods use the search.
@@ -64,48 +65,81 @@ class Feasibility:
     short_request: list[int]  # per node: index of a request lacking devices (-1 if none)
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What the check of one shape needs at one index generation, whatever is in use."""
+
+    signature: np.ndarray  # uint8 per row (at most 8 requests): bit b set when request b selects it
+    needs_search: np.ndarray  # bool per node
+    need: np.ndarray  # int64 per request subset: the devices it needs
+    fits_if_free: np.ndarray  # bool per node
+
+
 def check(
-    index: DeviceIndex, requests: list[RequestSpec], free: np.ndarray, nodes: np.ndarray
+    index: DeviceIndex,
+    requests: list[RequestSpec],
+    free: np.ndarray,
+    nodes: np.ndarray,
+    shape: ShapeData | None = None,
 ) -> Feasibility:
-    """Hall's condition on every node in `nodes` (positions in the index)."""
+    """Hall's condition on every node in `nodes` (positions in the index).
+
+    With `shape` (the pod's `shapes.ShapeData`), what does not depend on the devices in use,
+    the rows' signatures, the nodes that need a search and the "fits if free" answer, is kept
+    there for the next pod of the shape.
+    """
+    prepared = shape.items.get("feasibility") if shape is not None else None
+    if not isinstance(prepared, _Prepared):
+        prepared = _prepare(index, requests)
+        if shape is not None:
+            shape.items["feasibility"] = prepared
+    fits, short = _hall(index, len(requests), prepared, free)
+    return Feasibility(
+        fits=fits[nodes],
+        fits_if_free=prepared.fits_if_free[nodes],
+        needs_search=prepared.needs_search[nodes],
+        short_request=[int(s) for s in short[nodes]],
+    )
+
+
+def _prepare(index: DeviceIndex, requests: list[RequestSpec]) -> _Prepared:
     num_nodes = len(index.node_names)
     k = len(requests)
-    signature = np.zeros(index.num_rows, dtype=np.int64)
+    signature = np.zeros(index.num_rows, dtype=np.uint8)
     needs_search = index.node_has_invalid_pool.copy()
     for bit, spec in enumerate(requests):
         selected, awkward = scoring.selected_rows(index, spec)
         if awkward.any():
             needs_search |= np.bincount(index.row_node[awkward], minlength=num_nodes) > 0
-        signature |= selected.astype(np.int64) << bit
+        signature |= selected.astype(np.uint8) << np.uint8(bit)
     counts = np.array([spec.count for spec in requests], dtype=np.int64)
+    need = np.array([counts[[b for b in range(k) if subset >> b & 1]].sum() for subset in range(1 << k)])
+    unprepared = _Prepared(signature, needs_search, need, np.zeros(0, dtype=bool))
+    fits_if_free, _ = _hall(index, k, unprepared, np.ones(index.num_rows, dtype=bool))
+    return _Prepared(signature, needs_search, need, fits_if_free)
 
+
+def _hall(
+    index: DeviceIndex, k: int, prepared: _Prepared, rows_ok: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: whether Hall's condition holds over the rows in `rows_ok`, and a short request."""
+    num_nodes = len(index.node_names)
     full = (1 << k) - 1
     index_bits = np.arange(1 << k)
-    need = np.array([counts[[b for b in range(k) if subset >> b & 1]].sum() for subset in range(1 << k)])
-
-    def hall(rows_ok: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        sig = np.where(rows_ok, signature, 0)
-        g = np.bincount(index.row_node * (1 << k) + sig, minlength=num_nodes << k).reshape(num_nodes, 1 << k)
-        # Zeta transform: g[:, T] = number of rows whose signature is a subset of T.
-        for bit in range(k):
-            with_bit = index_bits[(index_bits >> bit & 1) == 1]
-            g[:, with_bit] += g[:, with_bit ^ (1 << bit)]
-        total = g[:, full]
-        ok = np.ones(num_nodes, dtype=bool)
-        short = np.full(num_nodes, -1, dtype=np.int64)
-        for subset in range(1, 1 << k):
-            covered = total - g[:, full ^ subset]  # rows selected by at least one request in subset
-            failing = covered < need[subset]
-            if subset & (subset - 1) == 0:  # a single request: remember which one is short
-                short = np.where(failing & (short < 0), subset.bit_length() - 1, short)
-            ok &= ~failing
-        return ok, short
-
-    fits, short = hall(free)
-    fits_if_free, _ = hall(np.ones(index.num_rows, dtype=bool))
-    return Feasibility(
-        fits=fits[nodes],
-        fits_if_free=fits_if_free[nodes],
-        needs_search=needs_search[nodes],
-        short_request=[int(s) for s in short[nodes]],
-    )
+    sig = np.where(rows_ok, prepared.signature, 0).astype(np.int64)
+    g = np.bincount(index.row_node * (1 << k) + sig, minlength=num_nodes << k).reshape(num_nodes, 1 << k)
+    # Zeta transform: g[:, T] = number of rows whose signature is a subset of T.
+    for bit in range(k):
+        with_bit = index_bits[(index_bits >> bit & 1) == 1]
+        g[:, with_bit] += g[:, with_bit ^ (1 << bit)]
+    total = g[:, full]
+    ok = np.ones(num_nodes, dtype=bool)
+    short = np.full(num_nodes, -1, dtype=np.int64)
+    need = prepared.need
+    for subset in range(1, 1 << k):
+        covered = total - g[:, full ^ subset]  # rows selected by at least one request in subset
+        failing = covered < need[subset]
+        if subset & (subset - 1) == 0:  # a single request: remember which one is short
+            short = np.where(failing & (short < 0), subset.bit_length() - 1, short)
+        ok &= ~failing
+    return ok, short

@@ -100,7 +100,8 @@ class VectorisedTier:
             return names
         index = view.index
         positions = _positions(evaluation, index, names)
-        result = feasibility.check(index, requests, view.free, positions)
+        shape = shapes.shape_data(evaluation.specs, index)
+        result = feasibility.check(index, requests, view.free, positions, shape)
         needs = result.needs_search
         evaluation.verdicts.assign(positions[result.fits & ~needs], _PASS)
         failed = ~needs & ~result.fits

@@ -43,3 +43,29 @@ def test_halls_condition_counts_devices_shared_by_requests_once() -> None:
     assert result.fits_if_free.tolist() == [True, False, True]
     assert result.needs_search.tolist() == [False, False, False]
     assert result.short_request == [-1, -1, 0]  # b: each request alone fits, together they do not
+
+
+def test_what_a_shape_keeps_gives_the_same_answers_whatever_is_free() -> None:
+    """With the shape's data kept (`check(..., shape)`), a later pod of the shape, with other
+    devices in use, gets what a check from nothing gives."""
+    from extender.core.shapes import ShapeData
+
+    objects = [c.node("a"), *c.gpus("a", 3), c.node("b"), *c.gpus("b", 2), c.gpu_class()]
+    placement = c.placement(objects)
+    index = placement.index()
+    specs = _specs(c.claim("two", 2), c.claim("one", 1))
+    requests = feasibility.simple_requests(specs)
+    assert requests is not None
+    positions = np.array([index.node_pos["a"], index.node_pos["b"]], dtype=np.int64)
+    shape = ShapeData()
+    frees = [np.ones(index.num_rows, dtype=bool), np.zeros(index.num_rows, dtype=bool)]
+    frees.append(np.arange(index.num_rows) % 2 == 0)
+    answers = []
+    for free in frees:
+        kept = feasibility.check(index, requests, free, positions, shape)
+        fresh = feasibility.check(index, requests, free, positions)
+        assert kept.fits.tolist() == fresh.fits.tolist() and kept.short_request == fresh.short_request
+        assert kept.fits_if_free.tolist() == fresh.fits_if_free.tolist()
+        answers.append(kept.fits.tolist())
+    assert answers[0] != answers[1]  # the free masks matter: the kept data is not the answer
+    assert "feasibility" in shape.items

@@ -33,7 +33,10 @@ TIMEOUT = 1.0
 
 
 def _heavy(index: int) -> str:
-    return f"{NUMBERS}.all(a, {NUMBERS}.all(b, {NUMBERS}.all(c, a + b + c >= -{index})))"
+    # `size(device.attributes)` reads a whole map: the selector has no footprint, so it runs on
+    # every device (extender.index.selector_groups would otherwise run it once for all of them).
+    heavy = f"{NUMBERS}.all(a, {NUMBERS}.all(b, {NUMBERS}.all(c, a + b + c >= -{index})))"
+    return f"size(device.attributes) >= 0 && {heavy}"
 
 
 def _heavy_claim(name: str, first: int) -> dict[str, Any]:
