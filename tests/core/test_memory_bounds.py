@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from extender.core import evaluation as evaluations_module
+from extender.core import shapes
 from extender.index import snapshot
 from extender.lru import SizedLRU, deep_size
 from extender.pods import parse_pod
@@ -140,6 +141,10 @@ def test_distinct_claims_leave_nothing_behind_once_the_bounded_caches_are_full(
 
     monkeypatch.setattr(compiled, "COMPILE_CACHE_SIZE", 50)
     monkeypatch.setattr(snapshot, "MASK_CACHE_BYTES", 64 * 1024, raising=False)
+    # The per-shape table (one entry per distinct claim here, each with row- and node-sized
+    # arrays) is bounded by its entry count: small, so that 50 claims fill it too, and the
+    # measurement does not depend on where its clearing cycle stands.
+    monkeypatch.setattr(shapes, "SHAPES", 4)
     claims = [
         {
             **b.claim(
