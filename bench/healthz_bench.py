@@ -15,9 +15,9 @@ each time, 5 s timeout) and records each latency with the phase it started in:
 1. `start-up`: from the launch until a filter of a MIG pod over every node has been answered
    (the cache synced, `/readyz` 200, the index built by the warm-up or that filter);
 2. `burst`: `--burst` slices of different nodes are updated on the fake API one after the other
-   (a new label, so a new resourceVersion), then filters are sent until one has answered from a
-   devices generation that includes them all (`/metrics` `dra_extender_index_generation`, one
-   step per device-side change), so the probes cover the watch events and the index rebuilds.
+   (a new label, so a new resourceVersion), then filters are sent until the index has settled
+   (the `/metrics` `dra_extender_index_generation` after a filter equals the one half a second
+   before, past where it started), so the probes cover the watch events and the index rebuilds.
 
 Probes before the server listens (connection refused) are counted, not timed. Reported per
 phase: probes, p50 / p99 / max latency in ms, and how long the phase took.
@@ -216,6 +216,11 @@ def run_size(nodes: int, args: argparse.Namespace, scratch: Path) -> Obj:
                 _until_answered(port, body, time.monotonic() + args.timeout)
                 started = time.perf_counter() - launched
                 before = _generation(port)
+                for _ in range(100):  # /metrics reports the index once the extender calls itself ready
+                    if before >= 0:
+                        break
+                    time.sleep(0.1)
+                    before = _generation(port)
                 print(f"{nodes} nodes: answered after {started:.1f} s (generation {before})", file=sys.stderr)
                 prober.mark("burst")
                 burst_began = time.perf_counter()
@@ -225,12 +230,18 @@ def run_size(nodes: int, args: argparse.Namespace, scratch: Path) -> Obj:
                     update["metadata"].setdefault("labels", {})["bench/touch"] = str(i)
                     api.put_object(update)
                 deadline = time.monotonic() + args.timeout
-                while True:  # a filter brings the index up to date; /metrics reports its generation
+                # Settled: a filter (which brings the index up to date) leaves the index generation
+                # where it was half a second before, past where it started. Not "before + burst":
+                # a watch may deliver a burst as a relist, which moves the generation once.
+                last = -2
+                while time.monotonic() < deadline:
                     _until_answered(port, body, deadline)
                     now = _generation(port)
-                    print(f"  generation {now}, waiting for {before + len(changed)}", file=sys.stderr)
-                    if now >= before + len(changed) or time.monotonic() > deadline:
+                    print(f"  generation {now} (from {before})", file=sys.stderr)
+                    if now == last and now > before:
                         break
+                    last = now
+                    time.sleep(0.5)
                 burst = time.perf_counter() - burst_began
             finally:
                 phases, refused, failed = prober.stop()
