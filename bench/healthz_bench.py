@@ -165,10 +165,12 @@ def _generation(port: int) -> int:
 
 
 def _until_answered(port: int, body: bytes, deadline: float) -> None:
+    """Until a filter is answered without an error (before the first sync it answers "cluster
+    state not ready")."""
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
-            status, _ = _call(port, "POST", "/filter", body, timeout=600)
-            if status == 200:
+            status, answer = _call(port, "POST", "/filter", body, timeout=600)
+            if status == 200 and not orjson.loads(answer).get("Error"):
                 return
         time.sleep(0.2)
     raise TimeoutError("the extender did not answer a filter in time")

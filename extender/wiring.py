@@ -68,14 +68,20 @@ def collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-def freeze_heap() -> None:
+def freeze_heap(*, collect: bool = True) -> None:
     """Move everything alive now (the loaded cluster, the index) out of the GC's generations.
 
     Those objects live for the whole process; without this every full collection walks all of
     them and pauses a filter call for tens of milliseconds at 5,000 nodes (docs/benchmarks.md).
     Frozen objects are still freed by reference counting when the state drops them.
+
+    `collect=False` freezes without collecting first: for a process already answering probes,
+    where one full collection of a synced 5,000-node heap held the GIL for 1.9 s (a /healthz
+    probe waited that long, bench/healthz_bench.py). Cyclic garbage left from the start-up is
+    then kept, once.
     """
-    gc.collect()
+    if collect:
+        gc.collect()
     gc.freeze()
 
 
@@ -168,7 +174,7 @@ def kube_app_context(
                     gc.enable()
                 await asyncio.sleep(0.1)
             await placement.worker.run(placement.warm)
-            freeze_heap()
+            freeze_heap(collect=False)  # the server answers probes meanwhile
         finally:
             if was_enabled:
                 gc.enable()
