@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -180,6 +181,9 @@ class FakeApiServer:
         self._watchers: set[_Watcher] = set()
         self._closing = False
         self._clients: list[kubernetes.client.ApiClient] = []
+        #: Paged lists (`limit`): continue token -> (the rest of the list, its resourceVersion).
+        self._pages: dict[str, tuple[list[Obj], int]] = {}
+        self._page_tokens = itertools.count(1)
         self.store.listeners.append(self._notify)
 
     # ------------------------------------------------------------------ lifecycle
@@ -495,13 +499,27 @@ class FakeApiServer:
         ):
             raise ApiError(404, "the server could not find the requested resource", "NotFound", {})
         if info.verb == "list":
-            items, rv = store.list(rtype, ns)
-            items = self._select(items, info.query)
+            token = info.query.get("continue")
+            if token:  # a later page of a paged list: served from the list's first snapshot
+                paged = self._pages.pop(token, None)
+                if paged is None:
+                    raise ApiError(410, "the provided continue parameter is too old", "Expired")
+                items, rv = paged
+            else:
+                items, rv = store.list(rtype, ns)
+                items = self._select(items, info.query)
+            metadata: dict[str, str] = {"resourceVersion": str(rv)}
+            limit = int(info.query.get("limit") or 0)
+            if 0 < limit < len(items):  # paged as the API server does (`limit`, `continue`)
+                next_token = f"page-{next(self._page_tokens)}"
+                self._pages[next_token] = (items[limit:], rv)
+                metadata["continue"] = next_token
+                items = items[:limit]
             return _json(
                 {
                     "kind": f"{rtype.kind}List",
                     "apiVersion": rtype.api_version(version),
-                    "metadata": {"resourceVersion": str(rv)},
+                    "metadata": metadata,
                     "items": [_with_version(o, rtype, version) for o in items],
                 }
             )

@@ -72,6 +72,27 @@ def test_list_carries_kind_api_version_and_the_global_resource_version(fake_api:
     assert [n.metadata.name for n in typed.items] == ["node-1"]
 
 
+def test_a_list_with_a_limit_is_paged_from_one_snapshot(fake_api: FakeApiServer):
+    """`limit` pages the list as the API server does: `continue` leads to the next page, served
+    from the first page's snapshot (a write in between is not in it), and an unknown token is 410."""
+    for i in range(5):
+        fake_api.put_object({**NODE, "metadata": {"name": f"node-{i}"}})
+    core = kc.CoreV1Api(fake_api.api_client())
+    first = orjson.loads(core.list_node(limit=2, _preload_content=False).data)
+    assert [n["metadata"]["name"] for n in first["items"]] == ["node-0", "node-1"]
+    fake_api.put_object({**NODE, "metadata": {"name": "node-9"}})
+    names, token = [], first["metadata"]["continue"]
+    while token:
+        page = orjson.loads(core.list_node(limit=2, _continue=token, _preload_content=False).data)
+        assert page["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+        names += [n["metadata"]["name"] for n in page["items"]]
+        token = page["metadata"].get("continue")
+    assert names == ["node-2", "node-3", "node-4"]
+    with pytest.raises(ApiException) as gone:
+        core.list_node(limit=2, _continue="page-unknown")
+    assert gone.value.status == 410
+
+
 def test_create_sets_uid_timestamp_and_rv_and_rejects_duplicates(fake_api: FakeApiServer):
     """create fills uid, creationTimestamp and resourceVersion; a taken name is 409 AlreadyExists."""
     resource = kc.ResourceV1Api(fake_api.api_client())
