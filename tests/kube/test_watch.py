@@ -226,6 +226,10 @@ async def _force_410(api: FakeApiServer, obj: dict[str, Any]) -> None:
 async def test_relist_after_410(services, seeded):
     """A watch from a compacted resourceVersion gets 410: the kind is listed again, nothing is lost."""
     placement, source = await _started(services)
+    # Every kind's stream open first: the cache can sync before a watch connects, and a watch that
+    # connects after the compaction from its list's resourceVersion gets 410 too (a clean-clone
+    # run saw Node relisted so).
+    await wait_for(lambda: seeded.open_watches() == len(kube.WATCHED_KINDS))
     await _force_410(seeded, _slice("late-slice", "cpu-node-01"))
     await wait_for(lambda: placement.state.get("ResourceSlice", "late-slice") is not None)
     assert source.stats()["relists"]["ResourceSlice"] == 1
