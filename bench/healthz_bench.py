@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from bench.mixed_bench import percentiles
 from extender.objects import Obj
@@ -63,19 +62,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _kubeconfig(path: Path, server: str) -> Path:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "fake", "cluster": {"server": server}}],
-        "users": [{"name": "fake", "user": {"token": "not-checked"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-        "current-context": "fake",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def _call(
@@ -182,7 +168,7 @@ def _serving(
 ) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     port = _free_port()
     argv = [sys.executable, "-m", "extender", "serve", "--kube", "--listen", f"127.0.0.1:{port}"]
-    argv += ["--kubeconfig", str(_kubeconfig(scratch / "kubeconfig", api.url)), "--log-level", "warning"]
+    argv += ["--kubeconfig", str(api.write_kubeconfig(scratch / "kubeconfig")), "--log-level", "warning"]
     pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
     process = subprocess.Popen(
         argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=pin

@@ -28,10 +28,12 @@ import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client
 import orjson
+import yaml
 from aiohttp import web
 
 from extender.objects import Obj
@@ -258,6 +260,19 @@ class FakeApiServer:
         return api_client
 
     # ------------------------------------------------------------------ test hooks
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig for this server at `path` (token auth, which the fake does not check)."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "not-checked"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
     @property
     def resource_version(self) -> int:
         """The current global resourceVersion."""

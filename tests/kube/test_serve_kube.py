@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 
 import orjson
-import yaml
 
 from extender.cluster.sample import sample_objects
 from extender.explaining import load_pods
@@ -34,22 +33,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": server}}],
-                "users": [{"name": "fake", "user": {"token": "not-checked"}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-                "current-context": "fake",
-            }
-        )
-    )
-    return path
 
 
 def _request(url: str, body: bytes | None = None) -> tuple[int, bytes]:
@@ -69,7 +52,7 @@ def test_serve_kube_syncs_answers_and_stops(fake_api: FakeApiServer, tmp_path: P
     argv = [sys.executable, "-m", "extender", "serve", "--kube", "--listen", f"127.0.0.1:{port}"]
     argv += [
         "--kubeconfig",
-        str(_kubeconfig(tmp_path / "kubeconfig", fake_api.url)),
+        str(fake_api.write_kubeconfig(tmp_path / "kubeconfig")),
         "--log-level",
         "warning",
     ]
