@@ -8,7 +8,7 @@ from pathlib import Path
 
 from extender.kube.version import read_server_version
 from tests.fakeapi.server import FakeApiServer
-from tests.kube.test_serve_kube import REPO, _kubeconfig
+from tests.kube.test_serve_kube import REPO
 
 
 def test_reads_the_servers_version(fake_api: FakeApiServer) -> None:
@@ -19,7 +19,7 @@ def test_reads_the_servers_version(fake_api: FakeApiServer) -> None:
 def test_serve_refuses_an_unsupported_server_version(fake_api: FakeApiServer, tmp_path: Path) -> None:
     """No silent choice: start-up fails naming the supported versions and the overriding flag."""
     fake_api.git_version = "v1.38.0"
-    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", fake_api.url)
+    kubeconfig = fake_api.write_kubeconfig(tmp_path / "kubeconfig")
     argv = [sys.executable, "-m", "extender", "serve", "--kube", "--kubeconfig", str(kubeconfig)]
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
