@@ -37,7 +37,7 @@ from extender.allocator.results import ClaimAllocation
 from extender.allocator.taints import all_tolerated
 from extender.core import reasons
 from extender.core.shapes import shape_data
-from extender.index.snapshot import DeviceIndex
+from extender.index.snapshot import DeviceIndex, patched_array
 from extender.index.topology import (
     NodePartitions,
     Partitions,
@@ -195,15 +195,22 @@ def relevant_rows(specs: list[ClaimSpec], index: DeviceIndex) -> np.ndarray:
     return relevant
 
 
-def selected_rows(index: DeviceIndex, spec: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
-    """Rows a request selects (tolerations applied) and rows that need upstream's search."""
+def selected_rows(
+    index: DeviceIndex, spec: RequestSpec, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows a request selects (tolerations applied) and rows that need upstream's search (over
+    every row, or aligned with `rows`: each row's answer is its own)."""
     mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
-    selected = mask.match.copy()
-    if index.row_tainted.any():
-        for row in np.flatnonzero(selected & index.row_tainted):
-            if not all_tolerated(index.row_device[row].taints, spec.tolerations):
-                selected[row] = False
-    awkward = (selected & index.row_special) | mask.error
+    at = slice(None) if rows is None else rows
+    selected = mask.match.copy() if rows is None else mask.match[rows]
+    tainted = index.row_tainted[at]
+    if tainted.any():
+        row_device = index.row_device
+        for i in np.flatnonzero(selected & tainted).tolist():
+            row = i if rows is None else int(rows[i])
+            if not all_tolerated(row_device[row].taints, spec.tolerations):
+                selected[i] = False
+    awkward = (selected & index.row_special[at]) | mask.error[at]
     return selected, awkward
 
 
@@ -443,18 +450,27 @@ def _patched_partitions(index: DeviceIndex) -> Partitions | None:
             return None
         _NODE_PARTS[id(block)] = (block, part)
         new.append((position, part))
-    row_group = before.row_group.copy()
-    row_cost = before.row_cost.copy()
-    counters_only = before.row_counters_only.copy()
-    parts = list(parts)
+    # Written over copies, or the very arrays where the rebuilt nodes group alike (mostly: a slice
+    # re-published with the same devices); the row-cost matrix is the largest column of the index.
+    groups, costs, only = [], [], []
+    width = before.row_cost.shape[1]
     for position, part in new:
         lo, hi = int(index.node_start[position]), int(index.node_start[position + 1])
         offset = int(group_start[position])
-        row_group[lo:hi] = np.where(part.row_group >= 0, part.row_group + offset, -1)
-        row_cost[lo:hi, : part.row_cost.shape[1]] = part.row_cost
-        counters_only[lo:hi] = part.counters_only
+        groups.append((lo, hi, np.where(part.row_group >= 0, part.row_group + offset, -1)))
+        cost = np.zeros((hi - lo, width), dtype=before.row_cost.dtype)
+        cost[:, : part.row_cost.shape[1]] = part.row_cost  # the node's width is its old width
+        costs.append((lo, hi, cost))
+        only.append((lo, hi, part.counters_only))
+    found = Partitions(
+        patched_array(before.row_group, groups),
+        patched_array(before.row_cost, costs),
+        before.group_counters,
+        patched_array(before.row_counters_only, only),
+    )
+    parts = list(parts)
+    for position, part in new:
         parts[position] = part
-    found = Partitions(row_group, row_cost, before.group_counters, counters_only)
     _LAST_PARTS = (index.serial, parts, group_start, found)
     return found
 
@@ -558,6 +574,9 @@ _CHOICES: weakref.WeakKeyDictionary[DeviceIndex, dict[tuple[str, int, str], _Cho
 )
 #: Memos kept per generation (the table starts again when full).
 CHOICE_MEMOS = 64
+#: Per memo key, the memo of the newest generation that asked and that generation's serial: a
+#: later generation starts from it (`_carried_choices`). Holds arrays, never an index.
+_LATEST_CHOICES: dict[tuple[str, int, str], tuple[int, _ChoiceMemo]] = {}
 
 
 def _choice_memo(
@@ -574,11 +593,32 @@ def _choice_memo(
     if memo is None:
         if len(memos) >= CHOICE_MEMOS:
             memos.clear()
-        memo = memos[key] = _ChoiceMemo(free, np.full(len(index.node_names), _UNKNOWN, dtype=np.int64))
+        memo = memos[key] = _carried_choices(index, key, free)
     elif memo.free is not free:
         changed = np.flatnonzero(memo.free != free)
         memo.chosen[np.unique(index.row_node[changed])] = _UNKNOWN
         memo.free = free
+    return memo
+
+
+def _carried_choices(index: DeviceIndex, key: tuple[str, int, str], free: np.ndarray) -> _ChoiceMemo:
+    """A new generation's memo: the latest earlier generation's choices where they still hold
+    (`DeviceIndex.changes_since`: the nodes not changed since, whose rows' free bits are the
+    same), else all unknown."""
+    chosen = np.full(len(index.node_names), _UNKNOWN, dtype=np.int64)
+    latest = _LATEST_CHOICES.get(key)
+    if latest is not None and latest[0] < index.serial:
+        changes = index.changes_since(latest[0])
+        old = latest[1]
+        if changes is not None and len(old.chosen) == len(chosen) and len(old.free) == len(free):
+            chosen = old.chosen.copy()
+            chosen[changes.touched] = _UNKNOWN
+            chosen[np.unique(index.row_node[np.flatnonzero(old.free != free)])] = _UNKNOWN
+    memo = _ChoiceMemo(free, chosen)
+    if latest is None or latest[0] < index.serial:
+        if key not in _LATEST_CHOICES and len(_LATEST_CHOICES) >= CHOICE_MEMOS:
+            _LATEST_CHOICES.clear()
+        _LATEST_CHOICES[key] = (index.serial, memo)
     return memo
 
 

@@ -400,6 +400,9 @@ class DeviceIndex:
         #: were gathered again); derived columns patch those nodes instead of all (`counters`).
         #: The fourth item says whether the cluster's shared pools are the very same objects.
         self.patched: tuple[int, np.ndarray, np.ndarray, bool] | None = None
+        #: The patches from earlier generations to this one that per-node answers can be carried
+        #: over (`changes_since`), oldest first; set by `build_index` (`_extend_lineage`).
+        self.lineage: tuple[_Step, ...] = ()
         self.topology = topology
         self.features = features
         self.nodes = nodes
@@ -659,6 +662,28 @@ class DeviceIndex:
     @property
     def num_rows(self) -> int:
         return len(self.row_device)
+
+    def changes_since(self, serial: int) -> Changes | None:
+        """The nodes whose answers can differ from those of the generation numbered `serial`
+        (`self.serial`: none), or None when that generation is not in this one's lineage
+        (`_extend_lineage`: other rows, nodes or classes, or too far back): then nothing derived
+        there may be carried. Every other node has the same rows (the same Device objects),
+        pools, node object and classes, so any answer that depends only on those is unchanged.
+        """
+        if serial == self.serial:
+            empty = np.zeros(0, dtype=np.int64)
+            return Changes(empty, empty)
+        rebuilt: list[np.ndarray] = []
+        touched: list[np.ndarray] = []
+        for step in reversed(self.lineage):
+            rebuilt.append(step.rebuilt)
+            touched.append(step.touched)
+            if step.previous == serial:
+                return Changes(
+                    np.unique(np.concatenate(rebuilt)).astype(np.int64),
+                    np.unique(np.concatenate(touched)).astype(np.int64),
+                )
+        return None
 
     # ----------------------------------------------------------------- masks
     def carry_from(self, previous: DeviceIndex) -> None:
@@ -936,7 +961,51 @@ def build_index(
     index.parsed_classes = parsed_classes
     if previous is not None and previous.evaluator is index.evaluator:
         index.carry_from(previous)
+        index.lineage = _extend_lineage(index, previous)
     return index
+
+
+#: Generations a lineage reaches back (`DeviceIndex.changes_since`): a derived answer older than
+#: that is built again.
+LINEAGE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One generation's patch (`DeviceIndex.patched`) as `changes_since` reads it."""
+
+    previous: int  # serial of the generation patched
+    rebuilt: np.ndarray  # int64 node positions whose block (rows) was rebuilt
+    touched: np.ndarray  # int64 node positions whose pools were gathered again (rebuilt included)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Which nodes can answer differently at this generation than at an earlier one (see
+    `DeviceIndex.changes_since`): `rebuilt` nodes have new rows (row content to redo), `touched`
+    nodes new pools or node objects too (every per-node answer to redo; `rebuilt` included)."""
+
+    rebuilt: np.ndarray
+    touched: np.ndarray
+
+
+def _extend_lineage(index: DeviceIndex, previous: DeviceIndex) -> tuple[_Step, ...]:
+    """`previous`'s lineage and this generation's step, when the only differences are the
+    patched nodes': the same rows but theirs (`patched`, so the very same `node_start`), the same
+    node list, features, topology, evaluator and parsed classes, and the same incomplete shared
+    pools (which every node sees). Else none: an answer from before is not carried."""
+    patch = index.patched
+    if patch is None or patch[0] != previous.serial or not patch[3]:
+        return ()
+    if index.node_start is not previous.node_start or (
+        index.node_names is not previous.node_names and index.node_names != previous.node_names
+    ):
+        return ()
+    classes, before = index.classes, previous.classes
+    if classes.keys() != before.keys() or any(spec is not before[name] for name, spec in classes.items()):
+        return ()  # a class's selectors or config changed: selection may differ on every node
+    step = _Step(previous.serial, patch[1], np.union1d(patch[1], patch[2]))
+    return (*previous.lineage[-(LINEAGE - 1) :], step)
 
 
 #: Per slice position: key -> position, and the id of the raw object it was parsed from.
