@@ -435,11 +435,19 @@ def _patched_partitions(index: DeviceIndex) -> Partitions | None:
     groups (count and counters per group) as before; None otherwise (group every node)."""
     global _LAST_PARTS
     last, patch = _LAST_PARTS, index.patched
-    if last is None or patch is None or patch[0] != last[0]:
+    if last is None:
+        return None
+    # The nodes rebuilt since the last generation grouped (over generations that did not group).
+    changes = index.changes_since(last[0])
+    if changes is not None:
+        rebuilt = changes.rebuilt
+    elif patch is not None and patch[0] == last[0]:
+        rebuilt = patch[1]
+    else:
         return None
     _, parts, group_start, before = last
     new: list[tuple[int, NodePartitions]] = []
-    for position in patch[1].tolist():
+    for position in rebuilt.tolist():
         name = index.node_names[position]
         block = index.blocks[name]
         part = node_partitions(index.topology, block.devices, index.pools[name])

@@ -231,6 +231,11 @@ class _Carry:
     #: generation may be older than the previous one: the table is built only when needed).
     table: AttributeTable | None
     table_gather: np.ndarray | None
+    #: Masks and code columns of generations before the previous one that no generation since
+    #: asked for, over the same rows but their `fresh` ones (only through patched generations,
+    #: `_stale`): key -> (mask, fresh rows, the class's selectors it was made with) / (codes, fresh).
+    stale_masks: dict[MaskKey, tuple[SelectorMask, np.ndarray, tuple[str, ...] | None]]
+    stale_codes: dict[str, tuple[np.ndarray, np.ndarray]]
 
     def take(self, old: np.ndarray) -> np.ndarray:
         """The previous generation's column on this generation's rows; `fresh` rows are left as
@@ -739,6 +744,9 @@ class DeviceIndex:
                 older = previous._carry.table_gather
                 table = previous._carry.table
                 table_gather = np.where(gather >= 0, older[np.maximum(gather, 0)], -1)
+        fresh = np.flatnonzero(gather < 0)
+        shared = self._interned is previous._interned
+        stale_masks, stale_codes = _stale(previous, fresh, same_rows=same_rows, codes=shared)
         self._carry = _Carry(
             masks=dict(previous._masks.items()),
             codes=codes,
@@ -746,10 +754,12 @@ class DeviceIndex:
                 name: tuple(s.expression or "" for s in c.selectors) for name, c in previous.classes.items()
             },
             gather=gather,
-            fresh=np.flatnonzero(gather < 0),
+            fresh=fresh,
             same_rows=same_rows,
             table=table,
             table_gather=table_gather if table is not None else None,
+            stale_masks=stale_masks,
+            stale_codes=stale_codes,
         )
 
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
@@ -769,9 +779,13 @@ class DeviceIndex:
         class_exprs = tuple(s.expression or "" for s in device_class.selectors)
         carry = self._carry
         old = carry.masks.get(key) if carry is not None else None
+        stale = carry.stale_masks.get(key) if carry is not None and old is None else None
         if carry is not None and old is not None and carry.class_exprs.get(class_name) == class_exprs:
             match, error = carry.take(old.match), carry.take(old.error)
             rows = carry.fresh
+        elif stale is not None and stale[2] == class_exprs:  # same rows but `fresh`
+            match, error = stale[0].match.copy(), stale[0].error.copy()
+            rows = stale[1]
         else:  # a new selector, or the class's selectors changed: evaluate everything
             match = np.zeros(self.num_rows, dtype=bool)
             error = np.zeros(self.num_rows, dtype=bool)
@@ -862,9 +876,13 @@ class DeviceIndex:
         if codes is None:
             carry = self._carry
             old = carry.codes.get(name) if carry is not None else None
+            stale = carry.stale_codes.get(name) if carry is not None and old is None else None
             if carry is not None and old is not None:
                 codes = carry.take(old)
                 codes[carry.fresh] = UNCOMPUTED
+            elif stale is not None:  # same rows but `fresh`, codes of the same intern table
+                codes = stale[0].copy()
+                codes[stale[1]] = UNCOMPUTED
             elif whole is not None:
                 codes = whole()
             else:
@@ -892,6 +910,60 @@ class DeviceIndex:
         except CelRuntimeError:
             return False, True
         return True, False
+
+
+#: Stale masks and code columns a generation keeps at most (each is a row-sized array), and
+#: their bytes at most (as the caches of asked-for ones: `MASK_CACHE_BYTES`, `ATTRIBUTE_CODES_BYTES`).
+STALE_ENTRIES = 256
+
+
+def _stale(
+    previous: DeviceIndex, fresh: np.ndarray, *, same_rows: bool, codes: bool
+) -> tuple[
+    dict[MaskKey, tuple[SelectorMask, np.ndarray, tuple[str, ...] | None]],
+    dict[str, tuple[np.ndarray, np.ndarray]],
+]:
+    """The masks and code columns `previous` was handed (by its carry) but never asked for, for a
+    generation whose rows are `previous`'s but `fresh` (`same_rows`), while `previous`'s were
+    those of the generation before it: kept over the rows rebuilt since (pods of a shape that
+    no generation in between served then pay for the rebuilt nodes' rows only, not for every
+    row). `codes`: this generation shares `previous`'s intern table (codes keep their meaning)."""
+    older = previous._carry
+    masks: dict[MaskKey, tuple[SelectorMask, np.ndarray, tuple[str, ...] | None]] = {}
+    columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if not same_rows or older is None or not older.same_rows:
+        return masks, columns
+    unions: dict[int, np.ndarray] = {}
+
+    def since(rows: np.ndarray) -> np.ndarray:
+        found = unions.get(id(rows))
+        if found is None:
+            found = unions[id(rows)] = np.union1d(rows, fresh)
+        return found
+
+    asked = previous._masks
+    budget = [MASK_CACHE_BYTES, ATTRIBUTE_CODES_BYTES]
+
+    def room(which: int, nbytes: int, kept: int) -> bool:
+        budget[which] -= nbytes
+        return budget[which] >= 0 and kept < STALE_ENTRIES
+
+    for key, mask in older.masks.items():
+        if key not in asked and room(0, _mask_size(key, mask), len(masks)):
+            masks[key] = (mask, since(older.fresh), older.class_exprs.get(key[0]))
+    for key, (mask, rows, exprs) in older.stale_masks.items():
+        if key not in asked and key not in older.masks and room(0, _mask_size(key, mask), len(masks)):
+            masks[key] = (mask, since(rows), exprs)
+    if codes:  # this generation shares previous's intern table, and previous its predecessor's
+        # where it carried any code column (else `older` holds none)
+        made = previous._attribute_codes
+        for name, column in older.codes.items():
+            if name not in made and room(1, column.nbytes, len(columns)):
+                columns[name] = (column, since(older.fresh))
+        for name, (column, rows) in older.stale_codes.items():
+            if name not in made and name not in older.codes and room(1, column.nbytes, len(columns)):
+                columns[name] = (column, since(rows))
+    return masks, columns
 
 
 def build_index(

@@ -208,8 +208,9 @@ def test_carried_memos_answer_as_fresh_ones(seed: int, monkeypatch: pytest.Monke
     lineage: list[int] = []
     before = placement.index()
     for step, kinds in enumerate(STEPS):
-        for kind in kinds:
+        for kind in kinds:  # a generation per change: those between calls are asked nothing
             _change(placement.state, rng, step, kind, removed)
+            placement.index()
         index = placement.index()
         assert index is not before
         lineage.append(len(index.lineage))
