@@ -743,7 +743,11 @@ class DeviceIndex:
                 # both row maps (a row new in either generation is filed again).
                 older = previous._carry.table_gather
                 table = previous._carry.table
-                table_gather = np.where(gather >= 0, older[np.maximum(gather, 0)], -1)
+                if same_rows:  # `gather` is each row itself but the fresh ones: no gather needed
+                    table_gather = older.copy()
+                    table_gather[gather < 0] = -1
+                else:
+                    table_gather = np.where(gather >= 0, older[np.maximum(gather, 0)], -1)
         fresh = np.flatnonzero(gather < 0)
         shared = self._interned is previous._interned
         stale_masks, stale_codes = _stale(previous, fresh, same_rows=same_rows, codes=shared)
