@@ -40,6 +40,9 @@ from extender.index.snapshot import Changes, DeviceIndex
 SHAPES = 32
 
 ShapeKey = tuple[tuple[str, str], ...]
+#: Items that hold what only their own generation's free mask means (`ranking.Ranker.plan`'s
+#: plan for one mask): never handed to a later generation, which would only hold them in memory.
+GENERATION_ONLY = frozenset({"kernel_plan"})
 
 
 def shape_key(specs: list[ClaimSpec]) -> ShapeKey:
@@ -158,7 +161,7 @@ def _inherit(data: ShapeData, donor: ShapeData, index: DeviceIndex) -> None:
         if name not in donor.items and (found := since(origin)) is not None:
             data.inherited[name], data.origins[name] = (item, found), origin
     for name, item in donor.items.items():
-        if (found := since(donor.serial)) is not None:
+        if name not in GENERATION_ONLY and (found := since(donor.serial)) is not None:
             data.inherited[name], data.origins[name] = (item, found), donor.serial
 
 
