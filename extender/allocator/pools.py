@@ -376,6 +376,13 @@ class PoolCatalog:
     the memoised Pool objects) of pools whose slices are the very same objects.
     """
 
+    #: The pools every node sees alike, in search order, with their search keys (`NodePools`).
+    shared: tuple[Pool, ...]
+    shared_keys: tuple[tuple[bool, PoolID], ...]
+    #: Shared pools whose devices every node can use (they give rows), and shared invalid pools.
+    shared_with_devices: tuple[Pool, ...]
+    shared_invalid: frozenset[PoolID]
+
     def __init__(
         self, slices: Iterable[Slice], features: Features, previous: PoolCatalog | None = None
     ) -> None:
@@ -389,7 +396,7 @@ class PoolCatalog:
         self.named: dict[str, list[PoolFacts]] = {}  # node name -> pools with slices naming it
         self.selected: list[PoolFacts] = []  # pools with slices that need a node-selector match
         self.reused = 0
-        self._builds_before = 0  # builds the re-used facts did for earlier catalogs
+        self._builds = 0  # pool builds done through this catalog (`builds`)
         #: Facts built for this catalog, and `previous`'s facts not re-used (changed or gone): the
         #: nodes they name are the only ones whose pools can differ from `previous`'s.
         self.fresh: list[PoolFacts] = []
@@ -399,7 +406,6 @@ class PoolCatalog:
             facts = reuse.get(pool_id)
             if facts is not None and facts.key == tuple(id(s) for s in members):
                 self.reused += 1
-                self._builds_before += facts.builds
             else:
                 facts = PoolFacts(pool_id, members, features)
                 self.fresh.append(facts)
@@ -408,7 +414,9 @@ class PoolCatalog:
                 self.named.setdefault(name, []).append(facts)
             if facts.selected:
                 self.selected.append(facts)
+            before = facts.builds
             view = facts.shared_view()
+            self._builds += facts.builds - before
             if view is not None:
                 shared.append(view)
         shared.sort(key=search_key)
@@ -442,6 +450,7 @@ class PoolCatalog:
         self.facts = dict(previous.facts)
         self.named = dict(previous.named)
         self.fresh, self.dropped = [], []
+        self._builds = 0
         views: dict[int, Pool | None] = {}  # id(old shared view) -> the new one (None: gone)
         added: list[Pool] = []
         selected = list(previous.selected)
@@ -466,7 +475,10 @@ class PoolCatalog:
                 if facts.selected:
                     selected.append(facts)
                     selected.sort(key=lambda f: previous._order.get(f.id, 0))
-            old_view, view = old_facts.shared_view(), facts.shared_view()
+            old_view = old_facts.shared_view()
+            before = facts.builds
+            view = facts.shared_view()
+            self._builds += facts.builds - before
             if old_view is not None:
                 views[id(old_view)] = view
             elif view is not None:
@@ -474,17 +486,43 @@ class PoolCatalog:
         self.selected = selected
         self._order = previous._order
         self.reused = len(self.facts) - len(self.fresh)
-        self._builds_before = sum(f.builds for f in self.facts.values()) - sum(f.builds for f in self.fresh)
-        shared = [views.get(id(p), p) for p in previous.shared] if views else list(previous.shared)
-        shared = [p for p in shared if p is not None] + added
+        markers = [views.get(id(p), p) for p in previous.shared] if views else list(previous.shared)
+        shared = [p for p in markers if p is not None]
+        if (
+            not added
+            and len(shared) == len(markers)
+            and all(
+                search_key(new) == key
+                for new, old, key in zip(shared, previous.shared, previous.shared_keys, strict=True)
+                if new is not old
+            )
+        ):
+            # Each changed marker keeps its place in the search order (mostly a pool re-published
+            # with the same devices): the shared keys stay, nothing is sorted or keyed again.
+            self._share(previous, tuple(shared))
+            return self
+        shared += added
         shared.sort(key=search_key)
         self._set_shared(shared)
         return self
 
+    def _share(self, previous: PoolCatalog, shared: tuple[Pool, ...]) -> None:
+        """`shared` with `previous`'s keys: each of its pools has the key of the pool it replaces
+        (`previous`'s very tuples when no pool was replaced)."""
+        if all(a is b for a, b in zip(shared, previous.shared, strict=True)):
+            self.shared = previous.shared
+            self.shared_keys = previous.shared_keys
+            self.shared_with_devices = previous.shared_with_devices
+            self.shared_invalid = previous.shared_invalid
+            return
+        self.shared = shared
+        self.shared_keys = previous.shared_keys
+        self.shared_with_devices = tuple(p for p in shared if p.slices and not p.invalid and not p.incomplete)
+        self.shared_invalid = frozenset(p.id for p in shared if p.invalid)
+
     def _set_shared(self, shared: list[Pool]) -> None:
-        self.shared: tuple[Pool, ...] = tuple(shared)
+        self.shared = tuple(shared)
         self.shared_keys = tuple(search_key(p) for p in self.shared)
-        #: Shared pools whose devices every node can use (they give rows), and shared invalid pools.
         self.shared_with_devices = tuple(
             p for p in self.shared if p.slices and not p.invalid and not p.incomplete
         )
@@ -502,15 +540,18 @@ class PoolCatalog:
             if relevant is None:
                 continue
             hidden.add(facts.id)
+            before = facts.builds
             pool = facts.gather(relevant)
+            self._builds += facts.builds - before
             if pool is not None:
                 own.append(pool)
         return NodePools(own, hidden, self.shared, self.shared_keys)
 
     @property
     def builds(self) -> int:
-        """Pool builds done for this catalog so far (memo hits and earlier catalogs' do not count)."""
-        return sum(f.builds for f in self.facts.values()) - self._builds_before
+        """Pool builds done through this catalog so far (memo hits and other catalogs' do not
+        count): counted as they happen, not summed over every pool."""
+        return self._builds
 
 
 def gather_pools(

@@ -24,8 +24,8 @@ import numpy as np
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.core import scoring
-from extender.core.shapes import ShapeData
-from extender.index.snapshot import DeviceIndex
+from extender.core.shapes import ShapeData, node_rows
+from extender.index.snapshot import Changes, DeviceIndex
 
 #: Above this many requests the 2^k subset check gets expensive; such pods use the search.
 MAX_SIMPLE_REQUESTS = 8
@@ -90,7 +90,11 @@ def check(
     """
     prepared = shape.items.get("feasibility") if shape is not None else None
     if not isinstance(prepared, _Prepared):
-        prepared = _prepare(index, requests)
+        carried = shape.take("feasibility") if shape is not None else None
+        if carried is not None and isinstance(carried[0], _Prepared):
+            prepared = _carry(carried[0], carried[1], index, requests)
+        else:
+            prepared = _prepare(index, requests)
         if shape is not None:
             shape.items["feasibility"] = prepared
     fits, short = _hall(index, len(requests), prepared, free)
@@ -104,14 +108,11 @@ def check(
 
 def _prepare(index: DeviceIndex, requests: list[RequestSpec]) -> _Prepared:
     num_nodes = len(index.node_names)
-    k = len(requests)
-    signature = np.zeros(index.num_rows, dtype=np.uint8)
+    signature, awkward = _signature(index, requests, None)
     needs_search = index.node_has_invalid_pool.copy()
-    for bit, spec in enumerate(requests):
-        selected, awkward = scoring.selected_rows(index, spec)
-        if awkward.any():
-            needs_search |= np.bincount(index.row_node[awkward], minlength=num_nodes) > 0
-        signature |= selected.astype(np.uint8) << np.uint8(bit)
+    if awkward.any():
+        needs_search |= np.bincount(index.row_node[awkward], minlength=num_nodes) > 0
+    k = len(requests)
     counts = np.array([spec.count for spec in requests], dtype=np.int64)
     need = np.array([counts[[b for b in range(k) if subset >> b & 1]].sum() for subset in range(1 << k)])
     unprepared = _Prepared(signature, needs_search, need, np.zeros(0, dtype=bool))
@@ -119,15 +120,57 @@ def _prepare(index: DeviceIndex, requests: list[RequestSpec]) -> _Prepared:
     return _Prepared(signature, needs_search, need, fits_if_free)
 
 
+def _signature(
+    index: DeviceIndex, requests: list[RequestSpec], rows: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (every row, or aligned with `rows`): the bits of the requests that select it, and
+    whether a request that selects it needs upstream's search there."""
+    size = index.num_rows if rows is None else len(rows)
+    signature = np.zeros(size, dtype=np.uint8)
+    awkward = np.zeros(size, dtype=bool)
+    for bit, spec in enumerate(requests):
+        selected, awkward_rows = scoring.selected_rows(index, spec, rows)
+        awkward |= awkward_rows
+        signature |= selected.astype(np.uint8) << np.uint8(bit)
+    return signature, awkward
+
+
+def _carry(old: _Prepared, changes: Changes, index: DeviceIndex, requests: list[RequestSpec]) -> _Prepared:
+    """`old` (an earlier generation's) with the changed nodes' rows and answers worked out again:
+    a row's signature is its own, a node's flags and Hall's answer its rows' and pools'."""
+    nodes = changes.touched
+    if not len(nodes):
+        return old
+    rows, local = node_rows(index, nodes)
+    signature, awkward = _signature(index, requests, rows)
+    patched_signature = old.signature.copy()
+    patched_signature[rows] = signature
+    needs_search = old.needs_search.copy()
+    needs_search[nodes] = index.node_has_invalid_pool[nodes] | (
+        np.bincount(local[awkward], minlength=len(nodes)) > 0
+    )
+    k = len(requests)
+    fits_if_free = old.fits_if_free.copy()
+    fits_if_free[nodes] = _hall_of(local, len(nodes), k, signature, old.need)[0]
+    return _Prepared(patched_signature, needs_search, old.need, fits_if_free)
+
+
 def _hall(
     index: DeviceIndex, k: int, prepared: _Prepared, rows_ok: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per node: whether Hall's condition holds over the rows in `rows_ok`, and a short request."""
-    num_nodes = len(index.node_names)
+    sig = np.where(rows_ok, prepared.signature, 0)
+    return _hall_of(index.row_node, len(index.node_names), k, sig, prepared.need)
+
+
+def _hall_of(
+    row_node: np.ndarray, num_nodes: int, k: int, signature: np.ndarray, need: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_hall` over rows given by their node numbers (< `num_nodes`) and signatures."""
     full = (1 << k) - 1
     index_bits = np.arange(1 << k)
-    sig = np.where(rows_ok, prepared.signature, 0).astype(np.int64)
-    g = np.bincount(index.row_node * (1 << k) + sig, minlength=num_nodes << k).reshape(num_nodes, 1 << k)
+    sig = signature.astype(np.int64)
+    g = np.bincount(row_node * (1 << k) + sig, minlength=num_nodes << k).reshape(num_nodes, 1 << k)
     # Zeta transform: g[:, T] = number of rows whose signature is a subset of T.
     for bit in range(k):
         with_bit = index_bits[(index_bits >> bit & 1) == 1]
@@ -135,7 +178,6 @@ def _hall(
     total = g[:, full]
     ok = np.ones(num_nodes, dtype=bool)
     short = np.full(num_nodes, -1, dtype=np.int64)
-    need = prepared.need
     for subset in range(1, 1 << k):
         covered = total - g[:, full ^ subset]  # rows selected by at least one request in subset
         failing = covered < need[subset]

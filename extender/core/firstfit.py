@@ -18,15 +18,16 @@ already overdrawn or not representable in milli-units, incomplete pools under `A
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import ALL, EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.taints import all_tolerated
+from extender.core.shapes import node_rows
 from extender.index.counters import CounterColumns, counter_columns
-from extender.index.snapshot import DeviceIndex
+from extender.index.snapshot import Changes, DeviceIndex
 from kernels import counters as kernel
 
 #: Tentative device additions per node before the kernel hands the node to upstream's search.
@@ -89,14 +90,27 @@ def _applies(requests: frozenset[str], request: str, sub: str) -> bool:
     return request in requests or (bool(sub) and f"{request}/{sub}" in requests)
 
 
-def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
-    """The first-fit kernel's inputs for a pod, or None when the kernel does not model it."""
+Slots = list[tuple[int, int, int, str, RequestSpec]]  # claim, request, sub, parent name, spec
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """The shape-level part of a plan: the slots in upstream's search order (no index rows)."""
+
+    claim_first_req: list[int]
+    req_first_slot: list[int]
+    req_subs: list[int]
+    slots: Slots
+    prioritized: int
+
+
+def _layout(specs: list[ClaimSpec], index: DeviceIndex) -> _Layout | None:
+    """The plan's slots, or None when the kernel does not model the pod."""
     features = index.features
-    columns = counter_columns(index)
     claim_first_req = [0]
     req_first_slot: list[int] = []
     req_subs: list[int] = []
-    slots: list[tuple[int, int, int, str, RequestSpec]] = []  # claim, request, sub, parent name, spec
+    slots: Slots = []
     prioritized = 0
     for c, claim in enumerate(specs):
         fewest_total = 0
@@ -122,51 +136,159 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
         if any(con.match_attribute is None and con.distinct_attribute is None for con in claim.constraints):
             return None
         claim_first_req.append(len(req_subs))
+    return _Layout(claim_first_req, req_first_slot, req_subs, slots, prioritized)
 
-    num_nodes = len(index.node_names)
-    candidates = np.zeros((len(slots), index.num_rows), dtype=np.uint8)
-    awkward_rows = np.zeros(index.num_rows, dtype=bool)
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """The plan's row and node columns over some nodes (all, or a later generation's changed)."""
+
+    candidates: np.ndarray  # uint8 [S, rows]
+    constraint_values: np.ndarray  # int32 [C, rows]
+    awkward_nodes: np.ndarray
+    counter_nodes: np.ndarray
+    short_nodes: np.ndarray
+
+
+def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
+    """The first-fit kernel's inputs for a pod, or None when the kernel does not model it."""
+    layout = _layout(specs, index)
+    if layout is None:
+        return None
+    columns = _columns(specs, index, layout, None)
+    slots = layout.slots
+
+    def ints(items: list[int]) -> np.ndarray:
+        return np.asarray(items, dtype=np.int64)
+
+    return FirstFitPlan(
+        claim_first_req=ints(layout.claim_first_req),
+        req_first_slot=ints(layout.req_first_slot),
+        req_subs=ints(layout.req_subs),
+        slot_claim=ints([c for c, *_ in slots]),
+        slot_all=np.array([spec.mode == ALL for *_, spec in slots], dtype=np.uint8),
+        slot_count=ints([spec.count if spec.mode == EXACT_COUNT else 0 for *_, spec in slots]),
+        slot_sub=ints([sub for _, _, sub, _, _ in slots]),
+        slot_request=ints([r for _, r, _, _, _ in slots]),
+        candidates=columns.candidates,
+        constraint_kind=ints(
+            [0 if con.match_attribute else 1 for claim in specs for con in claim.constraints]
+        ),
+        constraint_applies=_applies_matrix(specs, slots),
+        constraint_values=columns.constraint_values,
+        awkward_nodes=columns.awkward_nodes,
+        counter_nodes=columns.counter_nodes,
+        has_all=any(spec.mode == ALL for *_, spec in slots),
+        prioritized_requests=layout.prioritized,
+        short_nodes=columns.short_nodes,
+    )
+
+
+def carried(
+    old: FirstFitPlan | None, changes: Changes, specs: list[ClaimSpec], index: DeviceIndex
+) -> FirstFitPlan | None:
+    """`plan(specs, index)` from an earlier generation's plan of the same shape (`old`), with the
+    changed nodes' rows and flags worked out again: every column is per row or per node, each
+    row's and node's value its own (the layout depends on the shape, the classes and features
+    only, which `changes` vouch are the same)."""
+    if old is None:
+        return None
+    nodes = changes.touched
+    if not len(nodes):
+        return old
+    layout = _layout(specs, index)
+    if layout is None:  # cannot happen with the same classes and features: be safe all the same
+        return None
+    rows, _ = node_rows(index, nodes)
+    columns = _columns(specs, index, layout, nodes)
+    candidates = old.candidates.copy()
+    candidates[:, rows] = columns.candidates
+    values = old.constraint_values.copy()
+    values[:, rows] = columns.constraint_values
+    awkward, counter, short = old.awkward_nodes.copy(), old.counter_nodes.copy(), old.short_nodes.copy()
+    awkward[nodes], counter[nodes], short[nodes] = (
+        columns.awkward_nodes,
+        columns.counter_nodes,
+        columns.short_nodes,
+    )
+    return replace(
+        old,
+        candidates=candidates,
+        constraint_values=values,
+        awkward_nodes=awkward,
+        counter_nodes=counter,
+        short_nodes=short,
+    )
+
+
+def _applies_matrix(specs: list[ClaimSpec], slots: Slots) -> np.ndarray:
+    applies = [
+        [
+            int(sc == c and _applies(con.requests, parent, spec.name if sub >= 0 else ""))
+            for sc, _, sub, parent, spec in slots
+        ]
+        for c, claim in enumerate(specs)
+        for con in claim.constraints
+    ]
+    return np.array(applies, dtype=np.uint8) if applies else np.zeros((0, len(slots)), dtype=np.uint8)
+
+
+def _columns(
+    specs: list[ClaimSpec], index: DeviceIndex, layout: _Layout, nodes: np.ndarray | None
+) -> _Columns:
+    """The plan's columns over every row and node (`nodes` None), or over the rows of `nodes`
+    and those nodes (aligned with `node_rows`)."""
+    counters = counter_columns(index)
+    slots = layout.slots
+    picked: np.ndarray | None = None  # the rows worked on, None for every row
+    at: slice | np.ndarray = slice(None)
+    node_at: slice | np.ndarray = slice(None)
+    row_node, num_nodes, num_rows = index.row_node, len(index.node_names), index.num_rows
+    if nodes is not None:
+        picked, row_node = node_rows(index, nodes)
+        at, node_at, num_nodes, num_rows = picked, nodes, len(nodes), len(picked)
+    row_tainted = index.row_tainted[at]
+    other_special = counters.other_special[at]
+    candidates = np.zeros((len(slots), num_rows), dtype=np.uint8)
+    awkward_rows = np.zeros(num_rows, dtype=bool)
     for s, (_, _, _, _, spec) in enumerate(slots):
         mask = index.mask(spec.class_name, tuple(sel.expression or "" for sel in spec.selectors))
-        candidates[s] = mask.match
-        if index.row_tainted.any():
-            for row in np.flatnonzero(mask.match & index.row_tainted):
+        match = mask.match[at]
+        candidates[s] = match
+        if row_tainted.any():
+            for i in np.flatnonzero(match & row_tainted).tolist():
+                row = i if picked is None else int(picked[i])
                 if not all_tolerated(index.row_device[row].taints, spec.tolerations):
-                    candidates[s, row] = 2
-        awkward_rows |= (mask.match & columns.other_special) | mask.error
-    selected = candidates.any(axis=0) if len(slots) else np.zeros(index.num_rows, dtype=bool)
+                    candidates[s, i] = 2
+        awkward_rows |= (match & other_special) | mask.error[at]
+    selected = candidates.any(axis=0) if len(slots) else np.zeros(num_rows, dtype=bool)
 
-    kinds: list[int] = []
-    applies: list[list[int]] = []
     values: list[np.ndarray] = []
     for c, claim in enumerate(specs):
         for con in claim.constraints:
             attribute = con.match_attribute or con.distinct_attribute or ""
             member = [
-                int(sc == c and _applies(con.requests, parent, spec.name if sub >= 0 else ""))
+                sc == c and _applies(con.requests, parent, spec.name if sub >= 0 else "")
                 for sc, _, sub, parent, spec in slots
             ]
-            codes = index.attribute_codes(attribute)
+            codes = index.attribute_codes(attribute)[at]
             rows = candidates[np.array(member, dtype=bool)].any(axis=0)
             awkward_rows |= rows & (codes == -2)
-            kinds.append(0 if con.match_attribute else 1)
-            applies.append(member)
             values.append(codes)
 
     def node_flags(rows: np.ndarray) -> np.ndarray:
-        return np.bincount(index.row_node[rows], minlength=num_nodes) > 0
+        return np.bincount(row_node[rows], minlength=num_nodes) > 0
 
-    counter_nodes = node_flags(selected & columns.row_consumes)
-    awkward_nodes = index.node_has_invalid_pool | (counter_nodes & columns.uncertain)
+    counter_nodes = node_flags(selected & counters.row_consumes[at])
+    awkward_nodes = index.node_has_invalid_pool[node_at] | (counter_nodes & counters.uncertain[node_at])
     if awkward_rows.any():
         awkward_nodes |= node_flags(awkward_rows)
     has_all = any(spec.mode == ALL for *_, spec in slots)
     if has_all:
         # Upstream reports an error on these nodes before searching: its search must say it.
-        awkward_nodes |= columns.incomplete | _over_claim_limit(slots, candidates, index)
-
-    def ints(items: list[int]) -> np.ndarray:
-        return np.asarray(items, dtype=np.int64)
+        awkward_nodes |= counters.incomplete[node_at] | _over_claim_limit(
+            slots, candidates, row_node, num_nodes
+        )
 
     # A request whose every slot asks for more rows than the node has selectable (candidates == 1,
     # the only rows the kernel takes) cannot be met there, whatever is free. Only where the kernel
@@ -177,52 +299,38 @@ def plan(specs: list[ClaimSpec], index: DeviceIndex) -> FirstFitPlan | None:
     for c, _, _, _, spec in slots:
         largest[c] = largest.get(c, 0) + spec.count
     shortcut = not has_all and max(largest.values(), default=0) <= MAX_DEVICES_PER_CLAIM
-    for q, first in enumerate(req_first_slot if shortcut else []):
+    req_subs = layout.req_subs
+    for q, first in enumerate(layout.req_first_slot if shortcut else []):
         short = np.ones(num_nodes, dtype=bool)
         for s in range(first, first + max(req_subs[q], 1)):
             spec = slots[s][4]
             if spec.mode != EXACT_COUNT:
                 short[:] = False
                 break
-            selectable = np.bincount(index.row_node[candidates[s] == 1], minlength=num_nodes)
+            selectable = np.bincount(row_node[candidates[s] == 1], minlength=num_nodes)
             short &= selectable < spec.count
         short_nodes |= short
 
-    return FirstFitPlan(
-        claim_first_req=ints(claim_first_req),
-        req_first_slot=ints(req_first_slot),
-        req_subs=ints(req_subs),
-        slot_claim=ints([c for c, *_ in slots]),
-        slot_all=np.array([spec.mode == ALL for *_, spec in slots], dtype=np.uint8),
-        slot_count=ints([spec.count if spec.mode == EXACT_COUNT else 0 for *_, spec in slots]),
-        slot_sub=ints([sub for _, _, sub, _, _ in slots]),
-        slot_request=ints([r for _, r, _, _, _ in slots]),
+    return _Columns(
         candidates=candidates,
-        constraint_kind=ints(kinds),
-        constraint_applies=(
-            np.array(applies, dtype=np.uint8) if applies else np.zeros((0, len(slots)), dtype=np.uint8)
-        ),
         constraint_values=(
-            np.array(values, dtype=np.int32) if values else np.zeros((0, index.num_rows), dtype=np.int32)
+            np.array(values, dtype=np.int32) if values else np.zeros((0, num_rows), dtype=np.int32)
         ),
         awkward_nodes=awkward_nodes,
         counter_nodes=counter_nodes,
-        has_all=has_all,
-        prioritized_requests=prioritized,
         short_nodes=short_nodes,
     )
 
 
 def _over_claim_limit(
-    slots: list[tuple[int, int, int, str, RequestSpec]], candidates: np.ndarray, index: DeviceIndex
+    slots: Slots, candidates: np.ndarray, row_node: np.ndarray, num_nodes: int
 ) -> np.ndarray:
     """Nodes where upstream's validation counts more than 32 devices for some claim (an `All`
     request counts the devices it selects on the node; `firstAvailable` its smallest option)."""
-    num_nodes = len(index.node_names)
     fewest: dict[tuple[int, int], np.ndarray] = {}
     for s, (c, r, _, _, spec) in enumerate(slots):
         if spec.mode == ALL:
-            need = np.bincount(index.row_node[candidates[s] != 0], minlength=num_nodes)
+            need = np.bincount(row_node[candidates[s] != 0], minlength=num_nodes)
         else:
             need = np.full(num_nodes, spec.count, dtype=np.int64)
         key = (c, r)

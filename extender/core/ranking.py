@@ -77,7 +77,7 @@ class Ranker:
                 shape.items["kernel_plan"] = (free, evaluation.plan)
             relevant = shape.items.get("relevant")
             if not isinstance(relevant, np.ndarray):
-                relevant = shape.items["relevant"] = scoring.relevant_rows(evaluation.specs, index)
+                relevant = shape.items["relevant"] = _relevant(evaluation, index, shape)
             evaluation.relevant = relevant
             evaluation.planned = True
         return evaluation.plan
@@ -265,6 +265,21 @@ class Ranker:
                 preference[members], chosen[members], methods[members],
             )  # fmt: skip
         return list(filterfalse(set(mine).__contains__, names))
+
+
+def _relevant(evaluation: PodEvaluation, index: DeviceIndex, shape: shapes.ShapeData) -> np.ndarray:
+    """The shape's relevant rows: an earlier generation's with the changed nodes' rows read again
+    (a row's answer is its own class masks'), else all read."""
+    old = shape.take("relevant")
+    if old is None or not isinstance(old[0], np.ndarray) or len(old[0]) != index.num_rows:
+        return scoring.relevant_rows(evaluation.specs, index)
+    kept, changes = old[0], old[1]
+    if not len(changes.touched):
+        return kept
+    rows, _ = shapes.node_rows(index, changes.touched)
+    relevant: np.ndarray = kept.copy()
+    relevant[rows] = scoring.relevant_rows(evaluation.specs, index, rows)
+    return relevant
 
 
 def _claim_patterns(claims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import filterfalse
 from typing import Any
 
@@ -36,8 +36,8 @@ from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.results import ClaimAllocation
 from extender.allocator.taints import all_tolerated
 from extender.core import reasons
-from extender.core.shapes import shape_data
-from extender.index.snapshot import DeviceIndex
+from extender.core.shapes import node_rows, shape_data
+from extender.index.snapshot import Changes, DeviceIndex, patched_array
 from extender.index.topology import (
     NodePartitions,
     Partitions,
@@ -184,31 +184,92 @@ class ScoreBook:
         return [(name, score) for name in self._where if (score := self.get(name)) is not None]
 
 
-def relevant_rows(specs: list[ClaimSpec], index: DeviceIndex) -> np.ndarray:
-    """Devices of the classes the pod asks for, free or not: what packing and fragmentation count."""
-    relevant = np.zeros(index.num_rows, dtype=bool)
+def relevant_rows(specs: list[ClaimSpec], index: DeviceIndex, rows: np.ndarray | None = None) -> np.ndarray:
+    """Devices of the classes the pod asks for, free or not: what packing and fragmentation count
+    (over every row, or aligned with `rows`: each row's answer is its own)."""
+    at: slice | np.ndarray = slice(None) if rows is None else rows
+    relevant = np.zeros(index.num_rows if rows is None else len(rows), dtype=bool)
     for claim in specs:
         for request in claim.requests:
             for spec in (request.exactly, *request.first_available):
                 if spec is not None and spec.class_name in index.classes:
-                    relevant |= index.mask(spec.class_name, ()).match
+                    relevant |= index.mask(spec.class_name, ()).match[at]
     return relevant
 
 
-def selected_rows(index: DeviceIndex, spec: RequestSpec) -> tuple[np.ndarray, np.ndarray]:
-    """Rows a request selects (tolerations applied) and rows that need upstream's search."""
+def selected_rows(
+    index: DeviceIndex, spec: RequestSpec, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows a request selects (tolerations applied) and rows that need upstream's search (over
+    every row, or aligned with `rows`: each row's answer is its own)."""
     mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
-    selected = mask.match.copy()
-    if index.row_tainted.any():
-        for row in np.flatnonzero(selected & index.row_tainted):
-            if not all_tolerated(index.row_device[row].taints, spec.tolerations):
-                selected[row] = False
-    awkward = (selected & index.row_special) | mask.error
+    at = slice(None) if rows is None else rows
+    selected = mask.match.copy() if rows is None else mask.match[rows]
+    tainted = index.row_tainted[at]
+    if tainted.any():
+        row_device = index.row_device
+        for i in np.flatnonzero(selected & tainted).tolist():
+            row = i if rows is None else int(rows[i])
+            if not all_tolerated(row_device[row].taints, spec.tolerations):
+                selected[i] = False
+    awkward = (selected & index.row_special[at]) | mask.error[at]
     return selected, awkward
+
+
+@dataclass(frozen=True, slots=True)
+class KernelBase:
+    """What `kernel_plan` reads that does not depend on what is free: kept per shape and index
+    generation (`shapes`), so a claim change (a new free mask) costs a few array operations, and
+    carried to later generations with the changed nodes' rows and flags worked out again."""
+
+    requests: tuple[tuple[int, RequestSpec], ...]
+    usable: np.ndarray  # bool [R, rows]: the request selects the row (taints tolerated), not special
+    counts: np.ndarray
+    claim_of: np.ndarray
+    constraint_kind: np.ndarray
+    constraint_members: np.ndarray  # uint8 [C, R]
+    constraint_values: np.ndarray  # int32 [C, rows]
+    listed: np.ndarray  # bool [C, rows]: a list value (the kernels' model is not exact there)
+    awkward_nodes: np.ndarray  # bool [nodes]: an invalid pool, or a selected row needs the search
 
 
 def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) -> KernelPlan | None:
     """The kernel inputs for a pod, or None when the kernels cannot model its requests."""
+    shape = shape_data(specs, index)
+    if "kernel_base" not in shape.items:
+        old = shape.take("kernel_base")
+        if old is not None and (old[0] is None or isinstance(old[0], KernelBase)):
+            shape.items["kernel_base"] = _carried_base(old[0], old[1], specs, index)
+        else:
+            shape.items["kernel_base"] = _kernel_base(specs, index, None)
+    base = shape.items["kernel_base"]
+    if not isinstance(base, KernelBase):
+        return None
+    candidates = (base.usable & free).astype(np.uint8)
+    awkward_nodes = base.awkward_nodes
+    # A list value on a row some member request could take (free) leaves the node to the search.
+    listed = np.zeros(index.num_rows, dtype=bool)
+    for c in range(len(base.constraint_kind)):
+        if base.listed[c].any():
+            listed |= candidates[base.constraint_members[c].astype(bool)].any(axis=0) & base.listed[c]
+    if listed.any():
+        awkward_nodes = awkward_nodes | (
+            np.bincount(index.row_node[listed], minlength=len(awkward_nodes)) > 0
+        )
+    return KernelPlan(
+        requests=base.requests,
+        candidates=candidates,
+        counts=base.counts,
+        claim_of=base.claim_of,
+        constraint_kind=base.constraint_kind,
+        constraint_members=base.constraint_members,
+        constraint_values=base.constraint_values,
+        awkward_nodes=awkward_nodes,
+    )
+
+
+def _kernel_requests(specs: list[ClaimSpec], index: DeviceIndex) -> list[tuple[int, RequestSpec]] | None:
+    """(claim position, request) in kernel order, or None when the kernels cannot model them."""
     requests: list[tuple[int, RequestSpec]] = []
     for position, claim in enumerate(specs):
         if sum(r.exactly.count for r in claim.requests if r.exactly is not None) > MAX_DEVICES_PER_CLAIM:
@@ -224,51 +285,89 @@ def kernel_plan(specs: list[ClaimSpec], index: DeviceIndex, free: np.ndarray) ->
             if any(s.expression is None for s in spec.selectors):
                 return None
             requests.append((position, spec))
+        names = {spec.name for p, spec in requests if p == position}
+        for constraint in claim.constraints:
+            attribute = constraint.match_attribute or constraint.distinct_attribute
+            if attribute is None or any(name not in names for name in constraint.requests):
+                return None  # unknown constraint type or subrequest reference: upstream decides
     if not requests or sum(spec.count for _, spec in requests) > MAX_KERNEL_DEVICES:
         return None
-    num_nodes = len(index.node_names)
-    awkward_rows = np.zeros(index.num_rows, dtype=bool)
-    candidates = np.zeros((len(requests), index.num_rows), dtype=np.uint8)
+    return requests
+
+
+def _kernel_base(specs: list[ClaimSpec], index: DeviceIndex, nodes: np.ndarray | None) -> KernelBase | None:
+    """The pod's `KernelBase` over every row and node (`nodes` None), or over the rows of `nodes`
+    and those nodes (aligned with `shapes.node_rows`); None when the kernels cannot model it."""
+    requests = _kernel_requests(specs, index)
+    if requests is None:
+        return None
+    rows: np.ndarray | None = None
+    at: slice | np.ndarray = slice(None)
+    node_at: slice | np.ndarray = slice(None)
+    row_node, num_nodes, num_rows = index.row_node, len(index.node_names), index.num_rows
+    if nodes is not None:
+        rows, row_node = node_rows(index, nodes)
+        at, node_at, num_nodes, num_rows = rows, nodes, len(nodes), len(rows)
+    awkward_rows = np.zeros(num_rows, dtype=bool)
+    usable = np.zeros((len(requests), num_rows), dtype=bool)
+    not_special = ~index.row_special[at]
     for r, (_, spec) in enumerate(requests):
-        selected, awkward = selected_rows(index, spec)
+        selected, awkward = selected_rows(index, spec, rows)
         awkward_rows |= awkward
-        candidates[r] = selected & free & ~index.row_special
+        usable[r] = selected & not_special
     kinds: list[int] = []
     members: list[np.ndarray] = []
     values: list[np.ndarray] = []
     for position, claim in enumerate(specs):
         names = {spec.name: r for r, (p, spec) in enumerate(requests) if p == position}
         for constraint in claim.constraints:
-            attribute = constraint.match_attribute or constraint.distinct_attribute
-            if attribute is None or any(name not in names for name in constraint.requests):
-                return None  # unknown constraint type or subrequest reference: upstream decides
+            attribute = constraint.match_attribute or constraint.distinct_attribute or ""
             member = np.zeros(len(requests), dtype=np.uint8)
             for name, r in names.items():
                 if not constraint.requests or name in constraint.requests:
                     member[r] = 1
-            codes = index.attribute_codes(attribute)
-            member_rows = candidates[member.astype(bool)].any(axis=0)
-            awkward_rows |= member_rows.astype(bool) & (codes == -2)
             kinds.append(0 if constraint.match_attribute else 1)
             members.append(member)
-            values.append(codes)
-    awkward_nodes = index.node_has_invalid_pool.copy()
+            values.append(index.attribute_codes(attribute)[at])
+    awkward_nodes = index.node_has_invalid_pool[node_at].copy()
     if awkward_rows.any():
-        awkward_nodes |= np.bincount(index.row_node[awkward_rows], minlength=num_nodes) > 0
-    return KernelPlan(
+        awkward_nodes |= np.bincount(row_node[awkward_rows], minlength=num_nodes) > 0
+    constraint_values = (
+        np.array(values, dtype=np.int32) if values else np.zeros((0, num_rows), dtype=np.int32)
+    )
+    return KernelBase(
         requests=tuple(requests),
-        candidates=candidates,
+        usable=usable,
         counts=np.array([spec.count for _, spec in requests], dtype=np.int64),
         claim_of=np.array([p for p, _ in requests], dtype=np.int64),
         constraint_kind=np.array(kinds, dtype=np.int64),
         constraint_members=(
             np.array(members, dtype=np.uint8) if members else np.zeros((0, len(requests)), dtype=np.uint8)
         ),
-        constraint_values=(
-            np.array(values, dtype=np.int32) if values else np.zeros((0, index.num_rows), dtype=np.int32)
-        ),
+        constraint_values=constraint_values,
+        listed=constraint_values == -2,
         awkward_nodes=awkward_nodes,
     )
+
+
+def _carried_base(
+    old: KernelBase | None, changes: Changes, specs: list[ClaimSpec], index: DeviceIndex
+) -> KernelBase | None:
+    """`_kernel_base(specs, index, None)` from an earlier generation's (`old`): the changed nodes'
+    rows and flags worked out again (each row's and node's value is its own; whether the kernels
+    model the pod depends on the shape and the classes, which `changes` vouch are the same)."""
+    nodes = changes.touched
+    if old is None or not len(nodes):
+        return old
+    part = _kernel_base(specs, index, nodes)
+    if part is None:  # cannot happen with the same classes: be safe all the same
+        return None
+    rows, _ = node_rows(index, nodes)
+    usable, values, listed = old.usable.copy(), old.constraint_values.copy(), old.listed.copy()
+    usable[:, rows], values[:, rows], listed[:, rows] = part.usable, part.constraint_values, part.listed
+    awkward_nodes = old.awkward_nodes.copy()
+    awkward_nodes[nodes] = part.awkward_nodes
+    return replace(old, usable=usable, constraint_values=values, listed=listed, awkward_nodes=awkward_nodes)
 
 
 def short_requests(specs: list[ClaimSpec], index: DeviceIndex, positions: np.ndarray) -> list[str]:
@@ -428,11 +527,19 @@ def _patched_partitions(index: DeviceIndex) -> Partitions | None:
     groups (count and counters per group) as before; None otherwise (group every node)."""
     global _LAST_PARTS
     last, patch = _LAST_PARTS, index.patched
-    if last is None or patch is None or patch[0] != last[0]:
+    if last is None:
+        return None
+    # The nodes rebuilt since the last generation grouped (over generations that did not group).
+    changes = index.changes_since(last[0])
+    if changes is not None:
+        rebuilt = changes.rebuilt
+    elif patch is not None and patch[0] == last[0]:
+        rebuilt = patch[1]
+    else:
         return None
     _, parts, group_start, before = last
     new: list[tuple[int, NodePartitions]] = []
-    for position in patch[1].tolist():
+    for position in rebuilt.tolist():
         name = index.node_names[position]
         block = index.blocks[name]
         part = node_partitions(index.topology, block.devices, index.pools[name])
@@ -443,18 +550,27 @@ def _patched_partitions(index: DeviceIndex) -> Partitions | None:
             return None
         _NODE_PARTS[id(block)] = (block, part)
         new.append((position, part))
-    row_group = before.row_group.copy()
-    row_cost = before.row_cost.copy()
-    counters_only = before.row_counters_only.copy()
-    parts = list(parts)
+    # Written over copies, or the very arrays where the rebuilt nodes group alike (mostly: a slice
+    # re-published with the same devices); the row-cost matrix is the largest column of the index.
+    groups, costs, only = [], [], []
+    width = before.row_cost.shape[1]
     for position, part in new:
         lo, hi = int(index.node_start[position]), int(index.node_start[position + 1])
         offset = int(group_start[position])
-        row_group[lo:hi] = np.where(part.row_group >= 0, part.row_group + offset, -1)
-        row_cost[lo:hi, : part.row_cost.shape[1]] = part.row_cost
-        counters_only[lo:hi] = part.counters_only
+        groups.append((lo, hi, np.where(part.row_group >= 0, part.row_group + offset, -1)))
+        cost = np.zeros((hi - lo, width), dtype=before.row_cost.dtype)
+        cost[:, : part.row_cost.shape[1]] = part.row_cost  # the node's width is its old width
+        costs.append((lo, hi, cost))
+        only.append((lo, hi, part.counters_only))
+    found = Partitions(
+        patched_array(before.row_group, groups),
+        patched_array(before.row_cost, costs),
+        before.group_counters,
+        patched_array(before.row_counters_only, only),
+    )
+    parts = list(parts)
+    for position, part in new:
         parts[position] = part
-    found = Partitions(row_group, row_cost, before.group_counters, counters_only)
     _LAST_PARTS = (index.serial, parts, group_start, found)
     return found
 
@@ -558,6 +674,9 @@ _CHOICES: weakref.WeakKeyDictionary[DeviceIndex, dict[tuple[str, int, str], _Cho
 )
 #: Memos kept per generation (the table starts again when full).
 CHOICE_MEMOS = 64
+#: Per memo key, the memo of the newest generation that asked and that generation's serial: a
+#: later generation starts from it (`_carried_choices`). Holds arrays, never an index.
+_LATEST_CHOICES: dict[tuple[str, int, str], tuple[int, _ChoiceMemo]] = {}
 
 
 def _choice_memo(
@@ -574,11 +693,32 @@ def _choice_memo(
     if memo is None:
         if len(memos) >= CHOICE_MEMOS:
             memos.clear()
-        memo = memos[key] = _ChoiceMemo(free, np.full(len(index.node_names), _UNKNOWN, dtype=np.int64))
+        memo = memos[key] = _carried_choices(index, key, free)
     elif memo.free is not free:
         changed = np.flatnonzero(memo.free != free)
         memo.chosen[np.unique(index.row_node[changed])] = _UNKNOWN
         memo.free = free
+    return memo
+
+
+def _carried_choices(index: DeviceIndex, key: tuple[str, int, str], free: np.ndarray) -> _ChoiceMemo:
+    """A new generation's memo: the latest earlier generation's choices where they still hold
+    (`DeviceIndex.changes_since`: the nodes not changed since, whose rows' free bits are the
+    same), else all unknown."""
+    chosen = np.full(len(index.node_names), _UNKNOWN, dtype=np.int64)
+    latest = _LATEST_CHOICES.get(key)
+    if latest is not None and latest[0] < index.serial:
+        changes = index.changes_since(latest[0])
+        old = latest[1]
+        if changes is not None and len(old.chosen) == len(chosen) and len(old.free) == len(free):
+            chosen = old.chosen.copy()
+            chosen[changes.touched] = _UNKNOWN
+            chosen[np.unique(index.row_node[np.flatnonzero(old.free != free)])] = _UNKNOWN
+    memo = _ChoiceMemo(free, chosen)
+    if latest is None or latest[0] < index.serial:
+        if key not in _LATEST_CHOICES and len(_LATEST_CHOICES) >= CHOICE_MEMOS:
+            _LATEST_CHOICES.clear()
+        _LATEST_CHOICES[key] = (index.serial, memo)
     return memo
 
 

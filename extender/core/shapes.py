@@ -7,8 +7,15 @@ same questions of one index generation: which nodes lack devices for a request e
 depend on what is free), and whether a node that fails could hold the pod if nothing were in use
 (the "fits if free" runs that word a failure, `tiers`). These are kept here, per node where they
 are per node, and filled in for the nodes a call asks about, so the next pod of the shape pays for
-none of it. A new index generation (any slice or class change) starts afresh: the table is keyed
-weakly by the index, which every derived answer here depends on.
+none of it. The table is keyed weakly by the index, which every derived answer here depends on.
+
+A new index generation carries the answers over (issue 21: a slice change costs what changed).
+A generation whose rows are an earlier one's but some nodes' (`DeviceIndex.changes_since`: the
+same node list, row layout, classes and incomplete shared pools) answers alike on every other
+node, so the first call of a shape there starts from the latest generation's data of the shape
+(`_LATEST`, which holds the data, never an index): per-node memos keep their answers but the
+changed nodes', and the modules that keep row-sized items patch the changed nodes' rows
+(`ShapeData.take`). Anything else starts afresh.
 
 The shape key is the `repr` of each claim's requests and constraints (frozen dataclasses of
 strings, numbers, tuples and the tolerations' dicts): equal text means equal content, so equal
@@ -25,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from extender.allocator.requests import ClaimSpec
-from extender.index.snapshot import DeviceIndex
+from extender.index.snapshot import Changes, DeviceIndex
 
 #: Shapes remembered per index generation (the table starts again when full). A shape keeps
 #: kernel inputs of a row-sized column or a few (about 1-2 MiB at 180,000 device rows), so this
@@ -33,6 +40,9 @@ from extender.index.snapshot import DeviceIndex
 SHAPES = 32
 
 ShapeKey = tuple[tuple[str, str], ...]
+#: Items that hold what only their own generation's free mask means (`ranking.Ranker.plan`'s
+#: plan for one mask): never handed to a later generation, which would only hold them in memory.
+GENERATION_ONLY = frozenset({"kernel_plan"})
 
 
 def shape_key(specs: list[ClaimSpec]) -> ShapeKey:
@@ -62,6 +72,13 @@ class NodeMemo:
         found: np.ndarray = self.values[positions]
         return found
 
+    def carried(self, changes: Changes) -> NodeMemo:
+        """A copy for a later generation: the changed nodes' answers forgotten (every answer
+        here depends only on the node's own rows, pools and the shape)."""
+        known = self.known.copy()
+        known[changes.touched] = False
+        return NodeMemo(self.values.copy(), known)
+
 
 @dataclass(slots=True)
 class ShapeData:
@@ -69,16 +86,43 @@ class ShapeData:
 
     #: Anything a module keeps for the shape, by a name of its own (e.g. "first_fit_plan").
     items: dict[str, object] = field(default_factory=dict)
+    #: The generation (`DeviceIndex.serial`) the items are for.
+    serial: int = -1
+    #: Items of earlier generations not asked for here yet: name -> (item, what changed since).
+    inherited: dict[str, tuple[object, Changes]] = field(default_factory=dict)
+    #: Per item name, the serial of the generation it was made at (for items still inherited).
+    origins: dict[str, int] = field(default_factory=dict)
 
     def memo(self, name: str, num_nodes: int, dtype: type) -> NodeMemo:
-        """The per-node memo called `name` (made empty on first use)."""
+        """The per-node memo called `name` (carried from an earlier generation, or made empty on
+        first use)."""
         found = self.items.get(name)
         if not isinstance(found, NodeMemo):
-            found = self.items[name] = NodeMemo.of(num_nodes, dtype)
+            old = self.take(name)
+            if (
+                old is not None
+                and isinstance(old[0], NodeMemo)
+                and len(old[0].values) == num_nodes
+                and old[0].values.dtype == np.dtype(dtype)
+            ):
+                found = old[0].carried(old[1])
+            else:
+                found = NodeMemo.of(num_nodes, dtype)
+            self.items[name] = found
         return found
+
+    def take(self, name: str) -> tuple[object, Changes] | None:
+        """The item `name` of an earlier generation and the nodes changed since, once (the
+        caller keeps what it makes of it in `items`); None when there is none to carry."""
+        self.origins.pop(name, None)
+        return self.inherited.pop(name, None)
 
 
 _SHAPES: weakref.WeakKeyDictionary[DeviceIndex, dict[ShapeKey, ShapeData]] = weakref.WeakKeyDictionary()
+#: Per shape, its data at the newest generation that asked for it: where the next generation's
+#: data starts from (`_inherit`). Holds arrays and plans, never an index, so generations do not
+#: chain; at most `SHAPES` entries.
+_LATEST: dict[ShapeKey, ShapeData] = {}
 
 
 def shape_data(specs: list[ClaimSpec], index: DeviceIndex) -> ShapeData:
@@ -91,5 +135,43 @@ def shape_data(specs: list[ClaimSpec], index: DeviceIndex) -> ShapeData:
     if found is None:
         if len(shapes) >= SHAPES:
             shapes.clear()
-        found = shapes[key] = ShapeData()
+        found = shapes[key] = ShapeData(serial=index.serial)
+        donor = _LATEST.get(key)
+        if donor is None or donor.serial < index.serial:
+            if donor is not None:
+                _inherit(found, donor, index)
+            if key not in _LATEST and len(_LATEST) >= SHAPES:
+                _LATEST.clear()
+            _LATEST[key] = found
     return found
+
+
+def _inherit(data: ShapeData, donor: ShapeData, index: DeviceIndex) -> None:
+    """Give `data` the donor's items (its own, and those it inherited and never asked for) with
+    what changed since each was made, where `index.changes_since` can tell."""
+    changes: dict[int, Changes | None] = {}
+
+    def since(serial: int) -> Changes | None:
+        if serial not in changes:
+            changes[serial] = index.changes_since(serial)
+        return changes[serial]
+
+    for name, (item, _) in donor.inherited.items():
+        origin = donor.origins[name]
+        if name not in donor.items and (found := since(origin)) is not None:
+            data.inherited[name], data.origins[name] = (item, found), origin
+    for name, item in donor.items.items():
+        if name not in GENERATION_ONLY and (found := since(donor.serial)) is not None:
+            data.inherited[name], data.origins[name] = (item, found), donor.serial
+
+
+def node_rows(index: DeviceIndex, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of the nodes at `nodes` (ascending positions), and per row its node's number in
+    `nodes`: what a row-sized item recomputes for a later generation's changed nodes."""
+    starts = index.node_start[nodes]
+    sizes = index.node_start[nodes + 1] - starts
+    local = np.repeat(np.arange(len(nodes), dtype=np.int64), sizes)
+    first = np.zeros(len(nodes), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=first[1:])
+    rows: np.ndarray = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(starts - first, sizes)
+    return rows, local

@@ -35,6 +35,7 @@ from extender.core.searching import Budget, Search, bare_node, check_classes_and
 from extender.core.view import ClusterView, Snapshot
 from extender.errors import AllocationAborted, AllocationError, NodeScopedError, SelectorsInterrupted
 from extender.index import selecting
+from extender.index.counters import counter_columns
 from extender.index.snapshot import DeviceIndex
 from kernels import counters as counter_kernels
 from kernels import topology as kernels
@@ -204,7 +205,7 @@ class FirstFitTier:
         if not evaluation.first_fit_planned:
             # Free-independent: one plan per shape and index generation.
             if "first_fit_plan" not in shape.items:
-                shape.items["first_fit_plan"] = firstfit.plan(evaluation.specs, index)
+                shape.items["first_fit_plan"] = _first_fit_plan(evaluation, index, shape)
             evaluation.first_fit = cast(firstfit.FirstFitPlan | None, shape.items["first_fit_plan"])
             evaluation.first_fit_planned = True
         plan = evaluation.first_fit
@@ -224,7 +225,11 @@ class FirstFitTier:
         if not none.any():
             return search
         positions = positions[none]
-        # Nothing held: the answer depends on the shape and the index only, kept per node.
+        # Nothing held: the answer depends on the shape and the index only, kept per node. A node
+        # whose counters have consumers outside its rows reads other nodes' rows (whether such a
+        # device has a row at all): then no answer is carried from an earlier generation.
+        if counter_columns(index).has_foreign:
+            shape.take("first_fit_if_free")
         memo = shape.memo("first_fit_if_free", len(index.node_names), np.int8)
         if_free = memo.get(
             positions, lambda todo: firstfit.run(plan, index, free, todo, nothing_held=True).status
@@ -235,6 +240,20 @@ class FirstFitTier:
         fits_if_free = if_free == counter_kernels.STATUS_FOUND
         _assign_no_set(evaluation, positions[sure], fits_if_free[sure], short[sure], texts)
         return search
+
+
+def _first_fit_plan(
+    evaluation: PodEvaluation, index: DeviceIndex, shape: shapes.ShapeData
+) -> firstfit.FirstFitPlan | None:
+    """The shape's first-fit plan: an earlier generation's with the changed nodes' columns
+    worked out again (`firstfit.carried`), else a new one. Not carried where a node's counters
+    have consumers outside its rows (whether they have a row is another node's matter)."""
+    old = shape.take("first_fit_plan")
+    if old is not None and not counter_columns(index).has_foreign:
+        plan, changes = old
+        if plan is None or isinstance(plan, firstfit.FirstFitPlan):
+            return firstfit.carried(plan, changes, evaluation.specs, index)
+    return firstfit.plan(evaluation.specs, index)
 
 
 class SearchTier:

@@ -276,10 +276,19 @@ class CounterColumns:
         has consumers outside its rows (`foreign`, read through the row map); no Python runs
         per node that did not change. None: build the columns from the blocks.
         """
-        patch = index.patched
-        if patch is None or patch[0] != previous.serial or previous.has_foreign:
+        if previous.has_foreign:
             return None
-        _, rebuilt, touched, incomplete_same = patch
+        # The nodes changed since `previous`'s generation: over several generations when none
+        # between made columns (`DeviceIndex.changes_since`: the same rows, incomplete shared
+        # pools alike), else this generation's own patch of the one before.
+        changes = index.changes_since(previous.serial)
+        patch = index.patched
+        if changes is not None:
+            rebuilt, touched, incomplete_same = changes.rebuilt, changes.touched, True
+        elif patch is not None and patch[0] == previous.serial:
+            _, rebuilt, touched, incomplete_same = patch
+        else:
+            return None
         parts = previous._parts
         new: list[tuple[int, _BlockCounters]] = []
         new_blocks: list[tuple[int, list[_NodeBlock]]] = []

@@ -231,6 +231,11 @@ class _Carry:
     #: generation may be older than the previous one: the table is built only when needed).
     table: AttributeTable | None
     table_gather: np.ndarray | None
+    #: Masks and code columns of generations before the previous one that no generation since
+    #: asked for, over the same rows but their `fresh` ones (only through patched generations,
+    #: `_stale`): key -> (mask, fresh rows, the class's selectors it was made with) / (codes, fresh).
+    stale_masks: dict[MaskKey, tuple[SelectorMask, np.ndarray, tuple[str, ...] | None]]
+    stale_codes: dict[str, tuple[np.ndarray, np.ndarray]]
 
     def take(self, old: np.ndarray) -> np.ndarray:
         """The previous generation's column on this generation's rows; `fresh` rows are left as
@@ -400,6 +405,9 @@ class DeviceIndex:
         #: were gathered again); derived columns patch those nodes instead of all (`counters`).
         #: The fourth item says whether the cluster's shared pools are the very same objects.
         self.patched: tuple[int, np.ndarray, np.ndarray, bool] | None = None
+        #: The patches from earlier generations to this one that per-node answers can be carried
+        #: over (`changes_since`), oldest first; set by `build_index` (`_extend_lineage`).
+        self.lineage: tuple[_Step, ...] = ()
         self.topology = topology
         self.features = features
         self.nodes = nodes
@@ -660,6 +668,28 @@ class DeviceIndex:
     def num_rows(self) -> int:
         return len(self.row_device)
 
+    def changes_since(self, serial: int) -> Changes | None:
+        """The nodes whose answers can differ from those of the generation numbered `serial`
+        (`self.serial`: none), or None when that generation is not in this one's lineage
+        (`_extend_lineage`: other rows, nodes or classes, or too far back): then nothing derived
+        there may be carried. Every other node has the same rows (the same Device objects),
+        pools, node object and classes, so any answer that depends only on those is unchanged.
+        """
+        if serial == self.serial:
+            empty = np.zeros(0, dtype=np.int64)
+            return Changes(empty, empty)
+        rebuilt: list[np.ndarray] = []
+        touched: list[np.ndarray] = []
+        for step in reversed(self.lineage):
+            rebuilt.append(step.rebuilt)
+            touched.append(step.touched)
+            if step.previous == serial:
+                return Changes(
+                    np.unique(np.concatenate(rebuilt)).astype(np.int64),
+                    np.unique(np.concatenate(touched)).astype(np.int64),
+                )
+        return None
+
     # ----------------------------------------------------------------- masks
     def carry_from(self, previous: DeviceIndex) -> None:
         """Let masks and attribute codes copy the previous generation's rows of re-used blocks.
@@ -713,7 +743,14 @@ class DeviceIndex:
                 # both row maps (a row new in either generation is filed again).
                 older = previous._carry.table_gather
                 table = previous._carry.table
-                table_gather = np.where(gather >= 0, older[np.maximum(gather, 0)], -1)
+                if same_rows:  # `gather` is each row itself but the fresh ones: no gather needed
+                    table_gather = older.copy()
+                    table_gather[gather < 0] = -1
+                else:
+                    table_gather = np.where(gather >= 0, older[np.maximum(gather, 0)], -1)
+        fresh = np.flatnonzero(gather < 0)
+        shared = self._interned is previous._interned
+        stale_masks, stale_codes = _stale(previous, fresh, same_rows=same_rows, codes=shared)
         self._carry = _Carry(
             masks=dict(previous._masks.items()),
             codes=codes,
@@ -721,10 +758,12 @@ class DeviceIndex:
                 name: tuple(s.expression or "" for s in c.selectors) for name, c in previous.classes.items()
             },
             gather=gather,
-            fresh=np.flatnonzero(gather < 0),
+            fresh=fresh,
             same_rows=same_rows,
             table=table,
             table_gather=table_gather if table is not None else None,
+            stale_masks=stale_masks,
+            stale_codes=stale_codes,
         )
 
     def mask(self, class_name: str, selectors: tuple[str, ...]) -> SelectorMask:
@@ -744,9 +783,13 @@ class DeviceIndex:
         class_exprs = tuple(s.expression or "" for s in device_class.selectors)
         carry = self._carry
         old = carry.masks.get(key) if carry is not None else None
+        stale = carry.stale_masks.get(key) if carry is not None and old is None else None
         if carry is not None and old is not None and carry.class_exprs.get(class_name) == class_exprs:
             match, error = carry.take(old.match), carry.take(old.error)
             rows = carry.fresh
+        elif stale is not None and stale[2] == class_exprs:  # same rows but `fresh`
+            match, error = stale[0].match.copy(), stale[0].error.copy()
+            rows = stale[1]
         else:  # a new selector, or the class's selectors changed: evaluate everything
             match = np.zeros(self.num_rows, dtype=bool)
             error = np.zeros(self.num_rows, dtype=bool)
@@ -837,9 +880,13 @@ class DeviceIndex:
         if codes is None:
             carry = self._carry
             old = carry.codes.get(name) if carry is not None else None
+            stale = carry.stale_codes.get(name) if carry is not None and old is None else None
             if carry is not None and old is not None:
                 codes = carry.take(old)
                 codes[carry.fresh] = UNCOMPUTED
+            elif stale is not None:  # same rows but `fresh`, codes of the same intern table
+                codes = stale[0].copy()
+                codes[stale[1]] = UNCOMPUTED
             elif whole is not None:
                 codes = whole()
             else:
@@ -867,6 +914,60 @@ class DeviceIndex:
         except CelRuntimeError:
             return False, True
         return True, False
+
+
+#: Stale masks and code columns a generation keeps at most (each is a row-sized array), and
+#: their bytes at most (as the caches of asked-for ones: `MASK_CACHE_BYTES`, `ATTRIBUTE_CODES_BYTES`).
+STALE_ENTRIES = 256
+
+
+def _stale(
+    previous: DeviceIndex, fresh: np.ndarray, *, same_rows: bool, codes: bool
+) -> tuple[
+    dict[MaskKey, tuple[SelectorMask, np.ndarray, tuple[str, ...] | None]],
+    dict[str, tuple[np.ndarray, np.ndarray]],
+]:
+    """The masks and code columns `previous` was handed (by its carry) but never asked for, for a
+    generation whose rows are `previous`'s but `fresh` (`same_rows`), while `previous`'s were
+    those of the generation before it: kept over the rows rebuilt since (pods of a shape that
+    no generation in between served then pay for the rebuilt nodes' rows only, not for every
+    row). `codes`: this generation shares `previous`'s intern table (codes keep their meaning)."""
+    older = previous._carry
+    masks: dict[MaskKey, tuple[SelectorMask, np.ndarray, tuple[str, ...] | None]] = {}
+    columns: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if not same_rows or older is None or not older.same_rows:
+        return masks, columns
+    unions: dict[int, np.ndarray] = {}
+
+    def since(rows: np.ndarray) -> np.ndarray:
+        found = unions.get(id(rows))
+        if found is None:
+            found = unions[id(rows)] = np.union1d(rows, fresh)
+        return found
+
+    asked = previous._masks
+    budget = [MASK_CACHE_BYTES, ATTRIBUTE_CODES_BYTES]
+
+    def room(which: int, nbytes: int, kept: int) -> bool:
+        budget[which] -= nbytes
+        return budget[which] >= 0 and kept < STALE_ENTRIES
+
+    for key, mask in older.masks.items():
+        if key not in asked and room(0, _mask_size(key, mask), len(masks)):
+            masks[key] = (mask, since(older.fresh), older.class_exprs.get(key[0]))
+    for key, (mask, rows, exprs) in older.stale_masks.items():
+        if key not in asked and key not in older.masks and room(0, _mask_size(key, mask), len(masks)):
+            masks[key] = (mask, since(rows), exprs)
+    if codes:  # this generation shares previous's intern table, and previous its predecessor's
+        # where it carried any code column (else `older` holds none)
+        made = previous._attribute_codes
+        for name, column in older.codes.items():
+            if name not in made and room(1, column.nbytes, len(columns)):
+                columns[name] = (column, since(older.fresh))
+        for name, (column, rows) in older.stale_codes.items():
+            if name not in made and name not in older.codes and room(1, column.nbytes, len(columns)):
+                columns[name] = (column, since(rows))
+    return masks, columns
 
 
 def build_index(
@@ -936,7 +1037,51 @@ def build_index(
     index.parsed_classes = parsed_classes
     if previous is not None and previous.evaluator is index.evaluator:
         index.carry_from(previous)
+        index.lineage = _extend_lineage(index, previous)
     return index
+
+
+#: Generations a lineage reaches back (`DeviceIndex.changes_since`): a derived answer older than
+#: that is built again.
+LINEAGE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One generation's patch (`DeviceIndex.patched`) as `changes_since` reads it."""
+
+    previous: int  # serial of the generation patched
+    rebuilt: np.ndarray  # int64 node positions whose block (rows) was rebuilt
+    touched: np.ndarray  # int64 node positions whose pools were gathered again (rebuilt included)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Which nodes can answer differently at this generation than at an earlier one (see
+    `DeviceIndex.changes_since`): `rebuilt` nodes have new rows (row content to redo), `touched`
+    nodes new pools or node objects too (every per-node answer to redo; `rebuilt` included)."""
+
+    rebuilt: np.ndarray
+    touched: np.ndarray
+
+
+def _extend_lineage(index: DeviceIndex, previous: DeviceIndex) -> tuple[_Step, ...]:
+    """`previous`'s lineage and this generation's step, when the only differences are the
+    patched nodes': the same rows but theirs (`patched`, so the very same `node_start`), the same
+    node list, features, topology, evaluator and parsed classes, and the same incomplete shared
+    pools (which every node sees). Else none: an answer from before is not carried."""
+    patch = index.patched
+    if patch is None or patch[0] != previous.serial or not patch[3]:
+        return ()
+    if index.node_start is not previous.node_start or (
+        index.node_names is not previous.node_names and index.node_names != previous.node_names
+    ):
+        return ()
+    classes, before = index.classes, previous.classes
+    if classes.keys() != before.keys() or any(spec is not before[name] for name, spec in classes.items()):
+        return ()  # a class's selectors or config changed: selection may differ on every node
+    step = _Step(previous.serial, patch[1], np.union1d(patch[1], patch[2]))
+    return (*previous.lineage[-(LINEAGE - 1) :], step)
 
 
 #: Per slice position: key -> position, and the id of the raw object it was parsed from.

@@ -128,6 +128,49 @@ def test_incremental_generations_match_a_build_from_nothing(version: str) -> Non
     assert patched >= 12  # most changes keep the row layout: the columns were patched, not rebuilt
 
 
+def _change_read_values(state: ClusterState, rng: random.Random, step: int) -> None:
+    """A change of what the classes' selectors read (a device leaves its class) or of a counter
+    slice's values, keeping the slice's devices (the rows stay where they are)."""
+    raw = copy.deepcopy(rng.choice(state.list("ResourceSlice")))
+    raw["metadata"]["resourceVersion"] = f"{raw['metadata'].get('resourceVersion', '')}-{step}"
+    for counter_set in raw["spec"].get("sharedCounters") or []:
+        for counter in counter_set["counters"].values():
+            counter["value"] = str(step)
+    for device in raw["spec"].get("devices") or []:
+        attributes = device.get("attributes") or {}
+        if "type" in attributes and rng.random() < 0.5:
+            attributes["type"] = {"string": f"retired-{step}"}
+        if "dra.net/rdma" in attributes and rng.random() < 0.5:
+            attributes["dra.net/rdma"] = {"bool": False}
+    state.upsert(raw)
+
+
+def test_generations_asked_nothing_in_between_match_a_build_from_nothing() -> None:
+    """Masks, code columns, counter columns and parent-GPU groups carried over generations that
+    derived nothing (`DeviceIndex.changes_since`, the carry's stale entries) equal a fresh build."""
+    features: Features = Settings().features
+    objects, _ = generate_mixed_cluster(nodes=40, seed=5, pods=1)
+    state = ClusterState.from_objects(objects)
+    previous = build_index(state, features)
+    _derive(previous)
+    rng = random.Random(11)
+    stale = lineage = 0
+    for step in range(24):
+        if step % 2:
+            _change(state, rng, step)
+        else:
+            _change_read_values(state, rng, step)
+        index = build_index(state, features, previous=previous)
+        carry = index._carry
+        stale += carry is not None and bool(carry.stale_masks) and bool(carry.stale_codes)
+        lineage = max(lineage, len(index.lineage))
+        if step % 3 == 2:  # only every third generation derives anything
+            _derive(index)
+            _assert_same(index, build_index(state, features))
+        previous = index
+    assert stale >= 4 and lineage >= 3, (stale, lineage)
+
+
 def test_a_replayed_change_rebuilds_only_its_node() -> None:
     """A slice update read from the state's change log rebuilds its node's block only."""
     features = Settings().features
