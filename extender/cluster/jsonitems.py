@@ -2,6 +2,11 @@
 (and compact) one item at a time: parsing a 200 MB state file whole holds every raw object at
 once, about seven times the file's size, before anything can be shared (docs/memory-profile.md).
 
+`loads_list` is `orjson.loads` with that split: the state loader (which compacts each slice as
+it is parsed) and the watch's list pages (a page of 500 ResourceSlices is megabytes of JSON, and
+one `orjson.loads` of it holds the GIL for 50-120 ms, long enough to miss a liveness probe;
+item by item, other threads run between items) both read Lists through it.
+
 `split_items` scans the bytes with numpy, a block at a time: strings are found from their
 unescaped quotes, and brackets and commas outside strings give the nesting depth. Anything it
 does not recognise (no top-level object, no `"items"` array, two of them, unbalanced brackets)
@@ -12,9 +17,12 @@ the caller back to the whole-document parse for orjson's own error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
+import orjson
 
 #: Bytes scanned per step; bounds the scanner's temporary arrays (a few times this).
 BLOCK = 1 << 23
@@ -110,3 +118,33 @@ def _key_before(data: bytes, position: int) -> bytes | None:
     if opening < 0 or b"\\" in head[opening:]:
         return None  # an escaped key: leave it to the whole-document parse
     return head[opening + 1 : -1]
+
+
+def loads_list(data: bytes, each: Callable[[Any, str | None], None] | None = None) -> Any:
+    """`orjson.loads(data)`, with a List's items parsed one at a time (see module docstring).
+
+    `each(item, item_kind)` is called on each item as soon as it is parsed (`item_kind`: the
+    List's kind without "List", what `kind` an item without one is, or None). Whatever the split
+    does not recognise, or an item orjson refuses, is parsed whole: the same answer, or the
+    same error (`orjson.JSONDecodeError`), as `orjson.loads`.
+    """
+    split = split_items(data)
+    if split is None:
+        return orjson.loads(data)
+    head, raw_items = split
+    try:
+        doc = orjson.loads(head)
+        if doc.get("items") != []:
+            return orjson.loads(data)  # a later duplicate "items" key: the whole parse decides
+        kind = doc.get("kind")
+        item_kind = kind[: -len("List")] if isinstance(kind, str) and kind.endswith("List") else None
+        items = []
+        for raw in raw_items:
+            item = orjson.loads(raw)
+            if each is not None:
+                each(item, item_kind)
+            items.append(item)
+    except orjson.JSONDecodeError:
+        return orjson.loads(data)  # raises orjson's own error for the whole document
+    doc["items"] = items
+    return doc

@@ -25,7 +25,7 @@ import orjson
 import yaml
 
 from extender.cluster.compact import SHARED
-from extender.cluster.jsonitems import split_items
+from extender.cluster.jsonitems import loads_list
 from extender.cluster.state import KINDS, object_key
 from extender.errors import StateLoadError
 from extender.objects import Obj
@@ -140,30 +140,14 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
 def _json_document(text: bytes) -> Any:
     """`orjson.loads(text)`, but a `List` is parsed one item at a time and each ResourceSlice
     compacted as soon as it is parsed (`extender.cluster.compact`), so the whole list of raw
-    objects never exists at once (about seven times the file's size). Whatever the item split
-    does not recognise, or an item orjson refuses, is parsed whole: the same answer, or the
-    same error, as before."""
-    split = split_items(text)
-    if split is None:
-        return orjson.loads(text)
-    head, raw_items = split
-    try:
-        doc = orjson.loads(head)
-        if doc.get("items") != []:
-            return orjson.loads(text)  # a later duplicate "items" key: the whole parse decides
-        kind = doc.get("kind")
-        # What `_unpack` will give items without a kind (a ResourceSliceList's are slices).
-        default_kind = kind[: -len("List")] if isinstance(kind, str) and kind.endswith("List") else None
-        items = []
-        for raw in raw_items:
-            item = orjson.loads(raw)
-            if type(item) is dict and item.get("kind", default_kind) == "ResourceSlice":
-                SHARED.compact_loaded(item)
-            items.append(item)
-    except orjson.JSONDecodeError:
-        return orjson.loads(text)  # raises orjson's own error for the whole document
-    doc["items"] = items
-    return doc
+    objects never exists at once (about seven times the file's size). Same answer, or the same
+    error, as a whole parse (`loads_list`)."""
+    return loads_list(text, _compact_slice)
+
+
+def _compact_slice(item: Any, item_kind: str | None) -> None:
+    if type(item) is dict and item.get("kind", item_kind) == "ResourceSlice":
+        SHARED.compact_loaded(item)
 
 
 def _unpack(doc: Obj, label: str) -> Iterator[tuple[str, Obj]]:

@@ -2,7 +2,7 @@
 
 Owns: running the synchronous `kubernetes` client off the event loop (`CallPool`), turning
 whatever a call raises for API or transport reasons into one error type (`KubeAPIError`, the
-client's error chained as its cause), reading raw response bodies as JSON (`read_json`), and
+client's error chained as its cause), reading raw response bodies as JSON (`read_json`, `read_list_json`), and
 the one-line description of an error for logs and answers (`describe`). Leaves out: what the
 calls are for (watch, bind and lease decide that) and the client configuration (`watch`).
 
@@ -27,6 +27,7 @@ import orjson
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from extender.cluster.jsonitems import loads_list
 from extender.errors import KubeAPIError
 from extender.objects import Obj
 
@@ -89,7 +90,22 @@ def read_json(response: Any) -> Obj:
         KubeAPIError: the body is JSON but not an object (status 0).
         orjson.JSONDecodeError: the body is not JSON at all.
     """
-    data = orjson.loads(response.data)
+    return _object(orjson.loads(response.data))
+
+
+def read_list_json(response: Any) -> Obj:
+    """`read_json` for a list page, its items parsed one at a time (`loads_list`): one parse of
+    a page of 500 ResourceSlices holds the GIL for up to about 120 ms, and the event loop must
+    answer `/healthz` meanwhile; between items, other threads run.
+
+    Raises:
+        KubeAPIError: the body is JSON but not an object (status 0).
+        orjson.JSONDecodeError: the body is not JSON at all.
+    """
+    return _object(loads_list(response.data))
+
+
+def _object(data: Any) -> Obj:
     if not isinstance(data, dict):
         reason = f"unexpected response body of type {type(data).__name__}"
         raise KubeAPIError(f"HTTP 0 {reason}", status=0, reason=reason)

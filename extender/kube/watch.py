@@ -531,7 +531,7 @@ class KubeSource:
                 kwargs["_continue"] = token
             response = api.call(fn, _request_timeout=LIST_TIMEOUT, **kwargs)
             try:
-                page = api.read_json(response)
+                page = api.read_list_json(response)
             finally:
                 response.release_conn()
             items.extend(page.get("items") or [])

@@ -1,5 +1,6 @@
-"""A JSON List's items found without parsing it (extender.cluster.jsonitems), and the loader
-that parses and compacts them one at a time (extender.cluster.loading._json_document)."""
+"""A JSON List's items found without parsing it (extender.cluster.jsonitems), `loads_list`
+that parses them one at a time, and the loader that compacts them as they are parsed
+(extender.cluster.loading._json_document)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import orjson
 import pytest
 
 from extender.cluster import jsonitems
-from extender.cluster.jsonitems import split_items
+from extender.cluster.jsonitems import loads_list, split_items
 from extender.cluster.loading import load_state_paths
 from extender.errors import StateLoadError
 
@@ -72,6 +73,38 @@ def test_empty_items() -> None:
     split = split_items(b'{"kind": "List", "items": [ \n ]}')
     assert split is not None
     assert split[1] == []
+
+
+@pytest.mark.parametrize("text", _documents())
+def test_loads_list_answers_what_orjson_answers_and_shows_each_item(text: bytes) -> None:
+    seen: list[tuple[Any, str | None]] = []
+    assert loads_list(text, lambda item, kind: seen.append((item, kind))) == orjson.loads(text)
+    assert seen == [(item, "") for item in TRICKY_ITEMS]  # kind "List": items of no kind
+
+
+def test_loads_list_gives_each_item_the_kind_of_its_list() -> None:
+    seen: list[tuple[Any, str | None]] = []
+    loads_list(b'{"kind": "ResourceSliceList", "items": [{"a": 1}]}', lambda i, k: seen.append((i, k)))
+    loads_list(b'{"kind": 7, "items": [2]}', lambda i, k: seen.append((i, k)))
+    assert seen == [({"a": 1}, "ResourceSlice"), (2, None)]
+
+
+@pytest.mark.parametrize("text", [b'{"items": [1], "items": [2]}', b"[1, 2]", b'"text"', b'{"items": []}'])
+def test_loads_list_leaves_what_it_does_not_split_to_the_whole_parse(text: bytes) -> None:
+    seen: list[Any] = []
+    assert loads_list(text, lambda item, kind: seen.append(item)) == orjson.loads(text)
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    "text", [b'{"items": [1, }', b'{"kind": "List", "items": [{"a": 1}, {"b": nope}]}', b""]
+)
+def test_loads_list_raises_orjsons_error_for_the_whole_document(text: bytes) -> None:
+    with pytest.raises(orjson.JSONDecodeError) as caught:
+        loads_list(text)
+    with pytest.raises(orjson.JSONDecodeError) as whole:
+        orjson.loads(text)
+    assert str(caught.value) == str(whole.value)
 
 
 def _slice(name: str) -> dict[str, Any]:

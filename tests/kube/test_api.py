@@ -134,6 +134,28 @@ def test_read_json_lets_a_body_that_is_not_json_fail_as_such():
         api.read_json(_Raw(b"<html>proxy error</html>"))
 
 
+def test_read_list_json_reads_a_list_page_as_the_whole_parse_does(fake_api: FakeApiServer):
+    for i in range(3):
+        fake_api.put_object({**NODE, "metadata": {**NODE["metadata"], "name": f"node-{i}"}})
+    raw = kc.CoreV1Api(fake_api.api_client()).list_node(_preload_content=False)
+    body = raw.data
+    page = api.read_list_json(raw)
+    assert page == orjson.loads(body)
+    assert [n["metadata"]["name"] for n in page["items"]] == ["node-0", "node-1", "node-2"]
+
+
+@pytest.mark.parametrize(("body", "kind"), [(b"[1, 2]", "list"), (b'"text"', "str"), (b"null", "NoneType")])
+def test_read_list_json_refuses_a_body_that_is_not_an_object(body: bytes, kind: str):
+    with pytest.raises(KubeAPIError) as caught:
+        api.read_list_json(_Raw(body))
+    assert str(caught.value) == f"HTTP 0 unexpected response body of type {kind}"
+
+
+def test_read_list_json_lets_a_body_that_is_not_json_fail_as_such():
+    with pytest.raises(orjson.JSONDecodeError):
+        api.read_list_json(_Raw(b'{"kind": "NodeList", "items": [<html>]}'))
+
+
 async def test_a_pool_runs_calls_on_its_own_named_threads_and_converts_errors():
     pool = api.CallPool(name="kube-test", max_workers=1)
     try:
