@@ -18,10 +18,13 @@ import orjson
 import pytest
 
 from extender import wire
+from extender.allocator.inputs import AllocatedState
 from extender.cluster.state import ClusterState
 from extender.core import scoring
+from extender.core.binding import InUse
 from extender.core.placement import Placement
 from extender.core.reasons import FAILED, PASSED
+from extender.core.scoring import FIRST_FIT, PARTITION
 from extender.pods import parse_pod
 from extender.settings import Settings
 from extender.verdicts import FilterVerdict, HostScores
@@ -147,3 +150,46 @@ def test_the_scheduler_profile_check_answers_zeros_as_arrays() -> None:
     zeros = HostScores.zeros(names)
     assert wire.encode_host_priorities(zeros) == orjson.dumps([{"Host": n, "Score": 0} for n in names])
     assert zeros.positive() == 0
+
+
+def test_bind_restricts_the_search_to_the_kernel_choice_without_copying_the_devices_in_use(
+    fleet: tuple[Placement, dict[str, Obj]],
+) -> None:
+    """Where a topology kernel chose a node's set, bind's allocation (upstream's search with every
+    other device of the node counted as in use, `binding.InUse`) has exactly the chosen devices
+    and equals the search over a copied set of the devices in use, as bind built it before."""
+    placement, by_shape = fleet
+    names = list(placement.index().node_names)
+    index = placement.index()
+    allocated = placement.allocated_state()[0]
+    checked = 0
+    for seq, pod in enumerate(by_shape.values(), start=1000):
+        fresh = parse_pod(_fresh(pod, seq))
+        verdict = placement.filter(fresh, names)
+        placement.prioritize(fresh, verdict.passed)
+        evaluation = placement.evaluate(fresh, names)
+        for name in verdict.passed:
+            score = placement.scores(evaluation, [name]).get(name)
+            if score is None or score.method in (FIRST_FIT, PARTITION):
+                continue
+            chosen = {index.row_device[row].id for row in score.rows}
+            result = placement.choose_allocations(evaluation, name)
+            assert result is not None and {r.device.id for a in result for r in a.devices} == chosen
+            position = index.node_pos[name]
+            node_rows = range(index.node_start[position], index.node_start[position + 1])
+            others = {index.row_device[row].id for row in node_rows} - chosen
+            copied = AllocatedState(
+                devices=frozenset(allocated.devices) | others,
+                shared_ids=allocated.shared_ids,
+                aggregated_capacity=allocated.aggregated_capacity,
+            )
+            assert result == placement.search.run(evaluation.specs, index, name, copied, float("inf"))
+            checked += 1
+    assert checked > 0, "no node's set was chosen by a topology kernel here"
+
+
+def test_in_use_reads_as_the_union_it_replaces() -> None:
+    base = frozenset({"a", "b", "c"})
+    in_use = InUse(base, frozenset({"c", "d"}))
+    assert "d" in in_use and "a" in in_use and "e" not in in_use
+    assert len(in_use) == 4 and set(in_use) == {"a", "b", "c", "d"} == in_use
