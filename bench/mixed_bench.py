@@ -10,7 +10,9 @@ one per placement tier. Per node count:
 1. **start-up**: the generated objects are written as one JSON `List` (`--state-format yaml` for
    multi-document YAML), then `python -m extender serve --state FILE` is started and `/readyz`
    polled every 50 ms; reported: launch to the first 200, the index build time the server logs
-   ("device index generation ... built in X ms") and the server's RSS when ready.
+   ("device index generation ... built in X ms") and the server's RSS once ready and the kernels'
+   background warm-up has finished (the server logs it; nothing is measured before: until then
+   their plain-Python twins answer, and a cold numba cache, e.g. a checkout at a new path, compiles).
 2. **per shape over HTTP**: for each claim shape, one cold filter and its prioritize (reported
    apart as "cold": the shape's masks, kernel plan and per-node MIG choices are built by them), then
    `--calls` `/filter` calls, each with every node (`NodeNames`, as kube-scheduler sends them with
@@ -76,6 +78,10 @@ REPO = Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
 #: What the server logs after building its device index (extender.core.view.ClusterView.index).
 _INDEX_LOG = "device index generation"
+#: What it logs when the kernels warm up in the background (extender.wiring.warm_kernels), and
+#: when that is done (kernels.warming): until then their plain-Python twins answer, far slower.
+_WARMING_LOG = "compiling the topology kernels in the background"
+_WARMED_LOGS = ("numba kernels compiled in", "compiling the numba kernels failed")
 QUICK = {"nodes": [50], "calls": 2, "cycles": 3, "slice_calls": 2, "pods": 40}
 
 
@@ -123,6 +129,13 @@ class Server:
                     return float(line.split("built in", 1)[1].split("ms", 1)[0])
         return None
 
+    def kernels_settled(self) -> bool:
+        """True unless the kernels' background warm-up was started and has not finished."""
+        lines = list(self.lines)
+        if not any(_WARMING_LOG in line for line in lines):
+            return True
+        return any(done in line for line in lines for done in _WARMED_LOGS)
+
     def rss_mib(self) -> float:
         """The server process's resident set size (VmRSS), MiB."""
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -155,6 +168,7 @@ def serving(state_file: Path, *, ready_timeout: float) -> Iterator[tuple[Server,
     threading.Thread(target=_drain, args=(server,), daemon=True).start()
     try:
         ready = _wait_ready(server, started, ready_timeout)
+        _wait_kernels(server, started, ready_timeout)
         yield server, ready
     finally:
         process.terminate()
@@ -180,6 +194,17 @@ def _wait_ready(server: Server, started: float, timeout: float) -> float:
                     return time.perf_counter() - started
             finally:
                 connection.close()
+        time.sleep(0.05)
+
+
+def _wait_kernels(server: Server, started: float, timeout: float) -> None:
+    """Wait for the kernels' background warm-up (a cold numba cache compiles for a minute, and a
+    checkout at a new path starts cold): measuring before would time their Python twins."""
+    while not server.kernels_settled():
+        if server.process.poll() is not None:
+            raise RuntimeError(f"serve exited with {server.process.returncode} during the kernel warm-up")
+        if time.perf_counter() - started > timeout:
+            raise RuntimeError(f"the kernels were not warm after {timeout:.0f} s")
         time.sleep(0.05)
 
 
