@@ -341,7 +341,7 @@ def run_in_process(
     )
 
 
-def best_node(scores: list[HostScore] | list[Obj]) -> str:
+def best_node(scores: Sequence[HostScore] | list[Obj]) -> str:
     """The highest-scored node; ties go to the first in the list (the scheduler picks at random)."""
     pairs = [(s.host, s.score) if isinstance(s, HostScore) else (s["Host"], s["Score"]) for s in scores]
     top = max(score for _, score in pairs)

@@ -35,7 +35,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +53,7 @@ from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
 from extender.pods import Pod, parse_pod
 from extender.settings import Settings
 from extender.telemetry import DURATION_BUCKETS, Metrics
-from extender.verdicts import BindService, FilterVerdict, HostScore, PlacementService
+from extender.verdicts import BindService, FilterVerdict, HostScore, HostScores, PlacementService
 from extender.worker import PlacementWorker, WorkTimeout
 
 __all__ = ["DURATION_BUCKETS", "VERBS", "Metrics", "make_app"]
@@ -289,7 +289,7 @@ async def handle_prioritize(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS_KEY]
     if not profiles.places(settings.scheduler_names, pod):
         outcome.other_profile = True  # not ours: no preference among the nodes
-        scores = [HostScore(name, 0) for name in node_names]
+        scores: Sequence[HostScore] = HostScores.zeros(node_names)
     elif not placement.ready():
         logger.warning("prioritize pod=%s: %s", outcome.pod_ref, NOT_READY)
         return _error(503, f"{NOT_READY}: the device inventory is not loaded or synced yet")
@@ -309,9 +309,12 @@ async def handle_prioritize(request: web.Request) -> web.Response:
     return web.Response(body=answer, content_type="application/json")
 
 
-def _account_prioritize(metrics: Metrics, outcome: _Outcome, scores: list[HostScore]) -> None:
+def _account_prioritize(metrics: Metrics, outcome: _Outcome, scores: Sequence[HostScore]) -> None:
     outcome.nodes_out = len(scores)
-    outcome.scored = sum(1 for s in scores if s.score > 0)
+    if isinstance(scores, HostScores):
+        outcome.scored = scores.positive()
+    else:
+        outcome.scored = sum(1 for s in scores if s.score > 0)
     metrics.prioritize_nodes.labels("scored").inc(outcome.scored)
     metrics.prioritize_nodes.labels("zero").inc(outcome.nodes_out - outcome.scored)
     if logger.isEnabledFor(logging.DEBUG):

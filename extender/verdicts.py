@@ -7,9 +7,11 @@ alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, overload
+
+import numpy as np
 
 if TYPE_CHECKING:
     from extender.index.snapshot import DeviceIndex
@@ -40,6 +42,60 @@ class HostScore:
     score: int
 
 
+class HostScores(Sequence[HostScore]):
+    """Prioritize's answer as two aligned arrays: the hosts in request order and their scores.
+
+    A call with every node of a large fleet scores thousands of nodes; building one `HostScore`
+    per node and then one dict per node to encode it cost more than the scoring itself. This
+    keeps the names and an int64 array (`wire.encode_host_priorities` encodes them without a
+    Python object per node) and reads as a sequence of `HostScore` where a Python API wants
+    them (explain, tests). Equal to any sequence of the same `HostScore`s in the same order.
+    """
+
+    __slots__ = ("hosts", "scores")
+
+    def __init__(self, hosts: Sequence[str], scores: np.ndarray | Sequence[int]) -> None:
+        values = np.asarray(scores, dtype=np.int64)
+        if values.ndim != 1 or len(values) != len(hosts):
+            raise ValueError(f"HostScores: {len(hosts)} hosts but scores of shape {values.shape}")
+        self.hosts: Sequence[str] = hosts
+        self.scores: np.ndarray = values
+
+    @classmethod
+    def zeros(cls, hosts: Sequence[str]) -> HostScores:
+        """Every host scored 0 (a pod the extender does not place)."""
+        return cls(hosts, np.zeros(len(hosts), dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.hosts)
+
+    @overload
+    def __getitem__(self, i: int) -> HostScore: ...
+    @overload
+    def __getitem__(self, i: slice) -> HostScores: ...
+    def __getitem__(self, i: int | slice) -> HostScore | HostScores:
+        if isinstance(i, slice):
+            return HostScores(list(self.hosts[i]), self.scores[i])
+        return HostScore(self.hosts[i], int(self.scores[i]))
+
+    def __iter__(self) -> Iterator[HostScore]:
+        return map(HostScore, self.hosts, self.scores.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable contents, as a list
+
+    def __repr__(self) -> str:
+        return f"HostScores({list(self)!r})"
+
+    def positive(self) -> int:
+        """How many hosts scored above 0."""
+        return int(np.count_nonzero(self.scores > 0))
+
+
 @dataclass(frozen=True, slots=True)
 class PlacementStats:
     """What /metrics reads about placement at scrape time (`telemetry.StateCollector`)."""
@@ -67,8 +123,9 @@ class PlacementService(Protocol):
         """Decide for each node whether the pod's claims can be allocated there."""
         ...
 
-    def prioritize(self, pod: Pod, node_names: list[str]) -> list[HostScore]:
-        """Score each node 0..10; nodes that fail filter score 0."""
+    def prioritize(self, pod: Pod, node_names: list[str]) -> Sequence[HostScore]:
+        """Score each node 0..10, in `node_names` order; nodes that fail filter score 0 (a
+        `HostScores` lets the answer be encoded from arrays)."""
         ...
 
     def generation(self) -> tuple[int, int, int]:

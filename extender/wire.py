@@ -11,6 +11,7 @@ about HTTP or placement. Malformed input raises `InvalidRequest` naming the offe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypedDict
 
 import numpy as np
@@ -18,7 +19,7 @@ import orjson
 
 from extender.errors import InvalidRequest
 from extender.objects import Obj
-from extender.verdicts import FilterVerdict, HostScore
+from extender.verdicts import FilterVerdict, HostScore, HostScores
 
 #: Score range of one prioritize entry (`MinExtenderPriority`, `MaxExtenderPriority`).
 MIN_EXTENDER_PRIORITY = 0
@@ -183,15 +184,25 @@ def decode_extender_args(body: bytes) -> tuple[Obj, list[str], list[Obj] | None]
             raise InvalidRequest(
                 f"NodeNames: must be an array of strings or null, got {_type_name(node_names)}"
             )
-        for i, name in enumerate(node_names):
-            if not isinstance(name, str):
-                raise InvalidRequest(f"NodeNames[{i}]: must be a string, got {_type_name(name)}")
+        _check_names(node_names)
         return pod, node_names, None
     nodes = args.get("Nodes")
     if nodes is None:
         return pod, [], None
     items = _node_items(nodes)
     return pod, [item["metadata"]["name"] for item in items], items
+
+
+def _check_names(node_names: list[Any]) -> None:
+    """Every entry a string: one `str.join`, which refuses anything else (C speed for the
+    thousands of names of a filter call); only a refused list is walked for the first culprit."""
+    try:
+        "".join(node_names)
+    except TypeError:
+        for i, name in enumerate(node_names):
+            if not isinstance(name, str):
+                raise InvalidRequest(f"NodeNames[{i}]: must be a string, got {_type_name(name)}") from None
+        raise
 
 
 def decode_binding_args(body: bytes) -> ExtenderBindingArgs:
@@ -255,17 +266,61 @@ def encode_filter_result(verdict: FilterVerdict, node_items: list[Obj] | None) -
     return orjson.dumps(result)
 
 
-def encode_host_priorities(scores: list[HostScore]) -> bytes:
+def encode_host_priorities(scores: Sequence[HostScore]) -> bytes:
     """Encode prioritize scores as a `HostPriorityList` JSON array of `{"Host", "Score"}`.
 
     Each score is clamped to MIN_EXTENDER_PRIORITY..MAX_EXTENDER_PRIORITY, the protocol's range,
     whatever the placement produced (the scheduler multiplies it by the extender's weight).
+    `HostScores` (placement's answer) is encoded from its arrays, byte for byte what orjson makes
+    of the list of dicts: each host's `{"Host":"<name>","Score":` prefix is cached by name (a
+    fleet's names come back in every call) and joined with the score's digits in one pass.
     """
+    if isinstance(scores, HostScores):
+        return _encode_host_scores(scores)
     clamped = _clamped_all([s.score for s in scores])
     priorities: list[HostPriority] = [
         {"Host": s.host, "Score": score} for s, score in zip(scores, clamped, strict=True)
     ]
     return orjson.dumps(priorities)
+
+
+#: Host name -> `{"Host":<name as JSON>,"Score":`; cleared when it would pass `HOST_PREFIXES_MAX`
+#: (a request may name anything). Used on the event loop thread only.
+_HOST_PREFIXES: dict[str, bytes] = {}
+HOST_PREFIXES_MAX = 65536
+#: What follows the prefix for each score 0..10: the digits and `},`, or `}]` for the last entry.
+_SCORE_ENDS = np.array([b"%d}," % score for score in range(MAX_EXTENDER_PRIORITY + 1)], dtype=object)
+_LAST_ENDS = [b"%d}]" % score for score in range(MAX_EXTENDER_PRIORITY + 1)]
+
+
+def _host_prefix(host: str) -> bytes:
+    return b'{"Host":' + orjson.dumps(host) + b',"Score":'
+
+
+def _host_prefixes(hosts: Sequence[str]) -> list[bytes]:
+    cache = _HOST_PREFIXES
+    try:
+        return list(map(cache.__getitem__, hosts))
+    except KeyError:
+        pass
+    new = set(hosts).difference(cache)
+    if len(cache) + len(new) > HOST_PREFIXES_MAX:  # (one call's hosts are kept even beyond it)
+        cache.clear()
+        new = set(hosts)
+    cache.update({host: _host_prefix(host) for host in new})
+    return list(map(cache.__getitem__, hosts))
+
+
+def _encode_host_scores(scores: HostScores) -> bytes:
+    count = len(scores)
+    if not count:
+        return b"[]"
+    clamped = np.clip(scores.scores, MIN_EXTENDER_PRIORITY, MAX_EXTENDER_PRIORITY)
+    parts = np.empty(2 * count, dtype=object)
+    parts[0::2] = _host_prefixes(scores.hosts)
+    parts[1::2] = _SCORE_ENDS[clamped]
+    parts[-1] = _LAST_ENDS[int(clamped[-1])]
+    return b"[" + b"".join(parts.tolist())
 
 
 def _clamped(score: int) -> int:

@@ -41,7 +41,7 @@ from extender.core.view import ClusterView, Generation
 from extender.index.snapshot import DeviceIndex
 from extender.index.topology import TopologyModel, TopologySettings
 from extender.pods import Pod
-from extender.verdicts import FilterVerdict, HostScore, PlacementStats
+from extender.verdicts import FilterVerdict, HostScores, PlacementStats
 from extender.worker import PlacementWorker
 
 log = logging.getLogger(__name__)
@@ -169,18 +169,25 @@ class Placement:
         DeviceClass maps and the DRAExtendedResource gate is on (`extended.split`)."""
         return extended.split(pod, node_names, self.state) if self.features.extended_resource else None
 
-    def prioritize(self, pod: Pod, node_names: list[str]) -> list[HostScore]:
+    def prioritize(self, pod: Pod, node_names: list[str]) -> HostScores:
         """0..10 per node from the topology score of its best device set; failed nodes get 0.
 
-        Pods without pending claims (nothing to choose) score 0 everywhere, like upstream.
+        Pods without pending claims (nothing to choose) score 0 everywhere, like upstream. The
+        answer is arrays (`HostScores`): one score per name, laid out by index position.
         """
         parts = self.extended_parts(pod, node_names)
-        by_node: dict[str, int] = {}
-        for part, names in parts.parts if parts is not None else [(pod, node_names)]:
-            evaluation = self.evaluate(part, names)
+        if parts is None:
+            evaluation = self.evaluate(pod, node_names)
             observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
+            scored, values = self.priority_arrays(pod, evaluation, node_names, nominate=True)
+            return HostScores(node_names, evaluation.verdicts.spread(node_names, scored, values))
+        by_node: dict[str, int] = {}
+        for part, names in parts.parts:
+            evaluation = self.evaluate(part, names)
+            observed.report(evaluation)
             by_node.update(self.priorities(part, evaluation, names, nominate=True))
-        return list(map(HostScore, node_names, map(by_node.get, node_names, repeat(0))))
+        values = np.fromiter(map(by_node.get, node_names, repeat(0)), dtype=np.int64, count=len(node_names))
+        return HostScores(node_names, values)
 
     def priorities(
         self, pod: Pod, evaluation: PodEvaluation, node_names: list[str], *, nominate: bool = False
@@ -188,16 +195,24 @@ class Placement:
         """0..10 of the scored nodes among `node_names` (absent: 0), as prioritize answers them,
         from an evaluation that has decided them (explain reuses it). `nominate`: record a gang
         member's top node for its gang (only the scheduler's own prioritize does)."""
+        scored, values = self.priority_arrays(pod, evaluation, node_names, nominate=nominate)
+        return dict(zip(scored, values.tolist(), strict=True))
+
+    def priority_arrays(
+        self, pod: Pod, evaluation: PodEvaluation, node_names: list[str], *, nominate: bool = False
+    ) -> tuple[list[str], np.ndarray]:
+        """`priorities` as the scored names and their 0..10 (int64, aligned)."""
         if evaluation.error or not evaluation.specs:
-            return {}
+            return [], np.zeros(0, dtype=np.int64)
         passed = evaluation.verdicts.passed_among(node_names)
         scores = self.scores(evaluation, passed)
         scored = scores.scored_among(passed)
         values = scoring.by_preference(scoring.priorities(scores.values(scored)), scores.preferences(scored))
-        by_node = dict(zip(scored, values.tolist(), strict=True))
         if self.gangs.settings.weight > 0:
+            by_node = dict(zip(scored, values.tolist(), strict=True))
             by_node = self.gangs.with_term(pod, passed, by_node, nominate=nominate)
-        return by_node
+            return list(by_node), np.fromiter(by_node.values(), dtype=np.int64, count=len(by_node))
+        return scored, np.asarray(values, dtype=np.int64)
 
     def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
         """Topology scores of the given passed nodes (computed once per evaluation and node)."""
@@ -237,6 +252,9 @@ class Placement:
         evaluation = self.evaluations.get(key)
         if evaluation is None:
             evaluation = self.new_evaluation(pod)
+            if not evaluation.problem:  # its names are looked up in this index from the start
+                index = self.view.index()
+                evaluation.verdicts.bind(index.node_names, index.node_pos)
             self.evaluations.put(key, evaluation)
         # Each name once: a request may repeat a name any number of times.
         missing = evaluation.verdicts.undecided(node_names)

@@ -8,9 +8,12 @@ docs/benchmarks.md's business.
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench import mixed_bench
@@ -91,3 +94,50 @@ def test_percentiles_interpolate_like_numpy() -> None:
     assert stats["p99_ms"] == pytest.approx(3.97)
     assert stats["max_ms"] == pytest.approx(4.0)
     assert mixed_bench.percentiles([])["calls"] == 0
+
+
+class _Echo(http.server.BaseHTTPRequestHandler):
+    """Answers POST /<verb> with {"verb", "size"} padded to the size asked for in the body;
+    /fail with HTTP 500."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as aiohttp
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        asked = orjson.loads(body)
+        status = 500 if self.path == "/fail" else 200
+        answer = orjson.dumps(
+            {"verb": self.path[1:], "pad": "x" * asked["pad"], "type": self.headers["Content-Type"]}
+        )
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_client_keeps_one_connection_and_reads_whole_answers() -> None:
+    """Serial calls on one keep-alive connection, answers of any size read to their last byte,
+    JSON content type sent, and an answer other than 200 is an error naming the verb."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = mixed_bench.Client(server.server_address[1], timeout=10)
+    try:
+        for pad in (0, 10, 3_000_000, 5):
+            answer, elapsed = client.post("filter", orjson.dumps({"pad": pad}))
+            assert answer == {"verb": "filter", "pad": "x" * pad, "type": "application/json"}
+            assert elapsed > 0
+        with pytest.raises(RuntimeError, match=r"^/fail answered HTTP 500"):
+            client.post("fail", orjson.dumps({"pad": 1}))
+    finally:
+        client.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_best_host_takes_the_first_of_equal_scores() -> None:
+    scores = [{"Host": "a", "Score": 3}, {"Host": "b", "Score": 7}, {"Host": "c", "Score": 7}]
+    assert mixed_bench.best_host(scores) == "b"

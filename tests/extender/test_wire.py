@@ -8,7 +8,7 @@ import pytest
 
 from extender import wire
 from extender.errors import InvalidRequest
-from extender.verdicts import FilterVerdict, HostScore
+from extender.verdicts import FilterVerdict, HostScore, HostScores
 
 POD = {"metadata": {"name": "trainer-0", "namespace": "ml"}, "spec": {"schedulerName": "dra"}}
 NODE_A = {"metadata": {"name": "node-a", "labels": {"zone": "a"}}, "status": {"allocatable": {"cpu": "8"}}}
@@ -219,3 +219,56 @@ def test_encode_binding_result():
     """Binding results encode as {"Error": ...}."""
     assert orjson.loads(wire.encode_binding_result("")) == {"Error": ""}
     assert orjson.loads(wire.encode_binding_result("conflict")) == {"Error": "conflict"}
+
+
+def test_decode_node_names_names_the_first_non_string():
+    """The fast check of thousands of names still names the first culprit and its type."""
+    names = [f"node-{i}" for i in range(1000)]
+    with pytest.raises(InvalidRequest, match=r"^NodeNames\[500\]: must be a string, got number"):
+        _decode(Pod=POD, NodeNames=[*names[:500], 7, None, *names[500:]])
+    with pytest.raises(InvalidRequest, match=r"^NodeNames\[0\]: must be a string, got array"):
+        _decode(Pod=POD, NodeNames=[["node-a"]])
+
+
+#: Names that JSON must escape (quotes, backslashes, control characters) or carries as UTF-8.
+ODD_NAMES = ['say "hi"', "back\\slash", "tab\tnew\nline", "ünïcode-✓", "emoji-🚀", "", "node-a"]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 7])
+def test_host_scores_encode_as_orjson_encodes_the_dicts(count):
+    """`HostScores` (arrays) encode byte for byte as the list of dicts: the same names, order
+    and clamped scores, repeats kept."""
+    hosts = (ODD_NAMES * 2)[:count] + ODD_NAMES[:1] * (count > 1)
+    raw = [(-5 + 4 * i) * (1 if i % 2 else -1) for i in range(len(hosts))]
+    clamped = [min(10, max(0, s)) for s in raw]
+    expected = orjson.dumps([{"Host": h, "Score": s} for h, s in zip(hosts, clamped, strict=True)])
+    assert wire.encode_host_priorities(HostScores(hosts, raw)) == expected
+    assert wire.encode_host_priorities([HostScore(h, s) for h, s in zip(hosts, raw, strict=True)]) == expected
+
+
+def test_host_prefix_cache_is_bounded(monkeypatch):
+    """Every call's names are encoded right however many names came before; the cache of name
+    prefixes starts again when it would pass its bound."""
+    monkeypatch.setattr(wire, "HOST_PREFIXES_MAX", 5)
+    monkeypatch.setattr(wire, "_HOST_PREFIXES", {})
+    for round_ in range(4):
+        hosts = [f"n-{round_}-{i}" for i in range(3)] + ODD_NAMES[round_ : round_ + 1]
+        scores = HostScores(hosts, list(range(len(hosts))))
+        expected = orjson.dumps([{"Host": h, "Score": i} for i, h in enumerate(hosts)])
+        assert wire.encode_host_priorities(scores) == expected
+        assert len(wire._HOST_PREFIXES) <= 5
+    big = HostScores([f"big-{i}" for i in range(9)], [3] * 9)  # more than the bound in one call
+    expected = [{"Host": f"big-{i}", "Score": 3} for i in range(9)]
+    assert orjson.loads(wire.encode_host_priorities(big)) == expected
+
+
+def test_host_scores_read_as_a_sequence_of_host_scores():
+    scores = HostScores(["a", "b", "c"], [3, 0, 10])
+    assert scores == [HostScore("a", 3), HostScore("b", 0), HostScore("c", 10)]
+    assert scores != [HostScore("a", 3)] and scores != "abc"
+    assert scores[1] == HostScore("b", 0) and scores[-1].score == 10
+    assert scores[1:] == [HostScore("b", 0), HostScore("c", 10)]
+    assert len(scores) == 3 and scores.positive() == 2
+    assert {s.host: s.score for s in scores} == {"a": 3, "b": 0, "c": 10}
+    with pytest.raises(ValueError, match="3 hosts but scores of shape"):
+        HostScores(["a", "b", "c"], [1, 2])
