@@ -9,7 +9,7 @@ scheduling cycles and thrown away with the slice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from extender.quantity import Quantity
@@ -72,6 +72,9 @@ class Device:
 
     `cel_input` and `selector_results` are caches owned by `extender.index.selecting`; they are the
     only mutable fields and are written only by the thread that evaluates selectors.
+    `selector_results` stays None until the device's first result: most devices never get one
+    (selectors run once per group of equal values), and an empty dict per device cost 12 MiB at
+    5,000 mixed nodes (docs/memory-profile.md).
     """
 
     id: DeviceID
@@ -92,7 +95,7 @@ class Device:
     #: `consumes_counters`; empty when no consumption names any (the common case).
     counter_groups: tuple[frozenset[str], ...] = ()
     cel_input: Any = None
-    selector_results: dict[str, Any] = field(default_factory=dict)
+    selector_results: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -154,7 +157,8 @@ def _capacity(name: str, raw: dict[str, Any], where: str) -> CapacitySpec:
     )
 
 
-#: Parsed capacity maps and counter consumptions remembered by raw object (see `_shared`);
+#: Parsed capacity maps, counter consumptions and counter-set counters remembered by raw object
+#: (see `_shared`);
 #: emptied when full.
 SHARED_PARSE_LIMIT = 1 << 12
 # id(raw JSON value) -> (raw value, its parse). The raw value is held, so no other object can
@@ -188,6 +192,11 @@ def _parse_consumes(
     )
     groups = tuple(frozenset(c.get("compatibilityGroups") or ()) for c in raw)
     return consumes, groups if any(groups) else ()
+
+
+def _shared_counters(raw: dict[str, Any] | None, where: str) -> dict[str, Quantity]:
+    """A counter set's counters, parsed once per shared raw map (`extender.cluster.compact`)."""
+    return _shared(raw, lambda: _counters(raw, where)) if raw else {}
 
 
 def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str, where: str) -> Device:
@@ -252,7 +261,7 @@ def parse_slice(raw: dict[str, Any]) -> Slice:
         all_nodes=bool(spec.get("allNodes")),
         per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
         shared_counters=tuple(
-            (cs.get("name", ""), _counters(cs.get("counters"), f"spec.sharedCounters[{i}]"))
+            (cs.get("name", ""), _shared_counters(cs.get("counters"), f"spec.sharedCounters[{i}]"))
             for i, cs in enumerate(spec.get("sharedCounters") or ())
         ),
         devices=devices,

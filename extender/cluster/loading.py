@@ -138,8 +138,8 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _json_document(text: bytes) -> Any:
-    """`orjson.loads(text)`, but a `List` is parsed one item at a time and each ResourceSlice
-    compacted as soon as it is parsed (`extender.cluster.compact`), so the whole list of raw
+    """`orjson.loads(text)`, but a `List` is parsed one item at a time and each item compacted
+    as soon as it is parsed (`extender.cluster.compact`), so the whole list of raw
     objects never exists at once (about seven times the file's size). Whatever the item split
     does not recognise, or an item orjson refuses, is parsed whole: the same answer, or the
     same error, as before."""
@@ -157,8 +157,8 @@ def _json_document(text: bytes) -> Any:
         items = []
         for raw in raw_items:
             item = orjson.loads(raw)
-            if type(item) is dict and item.get("kind", default_kind) == "ResourceSlice":
-                SHARED.compact_loaded(item)
+            if type(item) is dict:
+                SHARED.compact_loaded(item, item.get("kind", default_kind))
             items.append(item)
     except orjson.JSONDecodeError:
         return orjson.loads(text)  # raises orjson's own error for the whole document
