@@ -84,6 +84,10 @@ class Compactor:
             kind = obj.get("kind")
         if kind == "ResourceSlice":
             self.compact_slice(obj)
+            metadata = obj.get("metadata")
+            if type(metadata) is dict:  # the spec is compacted by `compact_slice`
+                self._share_fields(metadata)
+                obj["metadata"] = self.keyshared(metadata)
         elif kind in _SECTIONED:
             self.compact_sections(obj, _SECTIONED[kind])
 
@@ -102,7 +106,7 @@ class Compactor:
             self.compact(obj)
 
     def compact_sections(self, obj: Obj, sections: tuple[str, ...]) -> None:
-        """Swap each string field, and each non-empty dict or list field, of `obj`, its
+        """Swap each string field, and each dict or list field, of `obj`, its
         `sections` and a `_NESTED` field in them for the shared equal one. Equal JSON text, key
         order included, is what makes two values equal here, so every reader sees the same
         content as before."""
@@ -123,7 +127,7 @@ class Compactor:
                         strings.clear()
                     shared = strings[value] = value
                 part[field] = shared  # "Running", "dra-extender-scheduler", an API version
-            elif (cls is not dict and cls is not list) or not value:
+            elif cls is not dict and cls is not list:
                 continue
             elif field in sections and cls is dict:
                 self._share_fields(value)
