@@ -301,3 +301,20 @@ async def test_binding_one_pod_leaves_the_pods_it_shares_parts_with_unchanged() 
     assert outcome.error == ""
     assert state.get("Pod", name, namespace)["spec"]["nodeName"] == verdict.passed[0]
     assert state.get("Pod", "twin", namespace) == untouched
+
+
+def test_no_value_is_shared_twice_within_one_object() -> None:
+    """Equal parts of one object stay separate objects: a writer deep-copies a claim and appends
+    a finalizer, which must not land in an equal (empty) `reservedFor` as well."""
+    state = ClusterState()
+    claims = [_claim(f"c{i}", "n1", "gpu-0") for i in range(2)]
+    for claim in claims:
+        claim["metadata"]["finalizers"] = []
+        claim["status"]["reservedFor"] = []
+        state.upsert(claim)
+    first, second = claims
+    assert first["metadata"]["finalizers"] is second["metadata"]["finalizers"]  # between objects
+    assert first["metadata"]["finalizers"] is not first["status"]["reservedFor"]  # not within one
+    updated = copy.deepcopy(first)
+    updated["metadata"]["finalizers"].append("f")
+    assert updated["status"]["reservedFor"] == []
