@@ -33,8 +33,9 @@ _KIND_LIMIT = 16
 SHAPE_LIMIT = 1 << 12
 #: Loaded slices remembered as done (`Compactor.compact_loaded`); emptied when full.
 LOADED_LIMIT = 1 << 17
-#: Distinct pod, claim and node parts remembered (`Compactor.compact_sections`); emptied when full.
-PART_LIMIT = 1 << 13
+#: Distinct pod, claim and node parts remembered, with their JSON text (a few MiB when full:
+#: most parts are an object's own, a claim's `reservedFor`); emptied when full.
+PART_LIMIT = 1 << 12
 #: Distinct key sequences given a key-sharing class (`Compactor.keyshared`); past this, new key
 #: sequences get plain dicts.
 CLASS_LIMIT = 1 << 10
