@@ -31,7 +31,7 @@ VALUE_LIMIT = 1 << 15
 _KIND_LIMIT = 16
 #: Distinct capacity maps and counter consumptions remembered; emptied when full.
 SHAPE_LIMIT = 1 << 12
-#: Loaded slices remembered as done (`Compactor.compact_loaded`); emptied when full.
+#: Loaded objects remembered as done (`Compactor.compact_loaded`); emptied when full.
 LOADED_LIMIT = 1 << 17
 #: Distinct pod, claim and node parts remembered, with their JSON text (a few MiB when full:
 #: most parts are an object's own, a claim's `reservedFor`); emptied when full.
@@ -72,7 +72,7 @@ class Compactor:
         self._strings: dict[str, str] = {}
         # Key sequence -> a class whose instances' __dict__ shares that key table (`keyshared`).
         self._classes: dict[tuple[str, ...], type] = {}
-        # id() of the slices the file loader compacted, which the state then stores without a
+        # id() of the objects the file loader compacted, which the state then stores without a
         # second pass (`compact_once`). Ids, not objects: nothing is kept alive; a reused id
         # can at worst leave one slice uncompacted.
         self._loaded: set[int] = set()
