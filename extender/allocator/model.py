@@ -158,25 +158,28 @@ def _capacity(name: str, raw: dict[str, Any], where: str) -> CapacitySpec:
 
 
 #: Parsed capacity maps, counter consumptions and counter-set counters remembered by raw object
-#: (see `_shared`);
-#: emptied when full.
+#: (see `_shared`); emptied when full.
 SHARED_PARSE_LIMIT = 1 << 12
-# id(raw JSON value) -> (raw value, its parse). The raw value is held, so no other object can
-# take its id meanwhile. The stored ResourceSlices share one raw value between the devices that
-# state the same one (`extender.cluster.compact`), so those devices share one parse too.
-_shared_parses: dict[int, tuple[Any, Any]] = {}
+# (what the parse is, id(raw JSON value)) -> (raw value, its parse). The raw value is held, so no
+# other object can take its id meanwhile. The stored ResourceSlices share one raw value between
+# the devices that state the same one (`extender.cluster.compact`), so those devices share one
+# parse too. One raw value can be two things: `{"memory": {"value": "80Gi"}}` is a capacity map
+# and a counter set's counters, shared as one object since their JSON is the same.
+_shared_parses: dict[tuple[str, int], tuple[Any, Any]] = {}
 
 
-def _shared(raw: Any, parse: Callable[[], _T]) -> _T:
-    """`parse()` of `raw`, once per raw object: equal devices then share one immutable parse."""
-    known = _shared_parses.get(id(raw))
+def _shared(what: str, raw: Any, parse: Callable[[], _T]) -> _T:
+    """`parse()` of `raw` as `what`, once per raw object: equal devices then share one
+    immutable parse."""
+    key = (what, id(raw))
+    known = _shared_parses.get(key)
     if known is not None and known[0] is raw:
         parsed: _T = known[1]
         return parsed
     parsed = parse()  # raises before anything is remembered
     if len(_shared_parses) >= SHARED_PARSE_LIMIT:
         _shared_parses.clear()
-    _shared_parses[id(raw)] = (raw, parsed)
+    _shared_parses[key] = (raw, parsed)
     return parsed
 
 
@@ -196,7 +199,7 @@ def _parse_consumes(
 
 def _shared_counters(raw: dict[str, Any] | None, where: str) -> dict[str, Quantity]:
     """A counter set's counters, parsed once per shared raw map (`extender.cluster.compact`)."""
-    return _shared(raw, lambda: _counters(raw, where)) if raw else {}
+    return _shared("counters", raw, lambda: _counters(raw, where)) if raw else {}
 
 
 def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str, where: str) -> Device:
@@ -210,13 +213,13 @@ def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str
     )
     raw_consumes = raw.get("consumesCounters")
     consumes, groups = (
-        _shared(raw_consumes, lambda: _parse_consumes(raw_consumes, f"{where}.consumesCounters"))
+        _shared("consumes", raw_consumes, lambda: _parse_consumes(raw_consumes, f"{where}.consumesCounters"))
         if raw_consumes
         else ((), ())
     )
     raw_capacity = raw.get("capacity")
     capacity = (
-        _shared(raw_capacity, lambda: _parse_capacity(raw_capacity, f"{where}.capacity"))
+        _shared("capacity", raw_capacity, lambda: _parse_capacity(raw_capacity, f"{where}.capacity"))
         if raw_capacity
         else {}
     )

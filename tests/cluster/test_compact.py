@@ -12,12 +12,13 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.allocator.model import parse_slice
+from extender.allocator.model import CapacitySpec, parse_slice
 from extender.cluster import compact
 from extender.cluster.compact import Compactor
 from extender.cluster.loading import load_state_paths
 from extender.cluster.state import ClusterState
 from extender.pods import parse_pod
+from extender.quantity import Quantity
 
 
 def _slice(name: str, uuid: str, *, memory: str = "80Gi") -> dict[str, Any]:
@@ -318,3 +319,19 @@ def test_no_value_is_shared_twice_within_one_object() -> None:
     updated = copy.deepcopy(first)
     updated["metadata"]["finalizers"].append("f")
     assert updated["status"]["reservedFor"] == []
+
+
+def test_a_value_shared_as_capacity_and_as_counters_parses_as_each() -> None:
+    """`{"memory": {"value": "80Gi"}}` is one shared object when a device states it as capacity
+    and a counter set as counters: each use gets its own parse (a capacity spec, a quantity)."""
+    state = ClusterState()
+    devices, counters = _slice("n1", "GPU-1"), _counter_slice("n1")
+    counters["spec"]["sharedCounters"][0]["counters"] = {"memory": {"value": "80Gi"}}
+    state.upsert(devices)
+    state.upsert(counters)
+    assert _device(devices)["capacity"] is counters["spec"]["sharedCounters"][0]["counters"]
+    (device,) = parse_slice(devices).devices
+    counter_set = parse_slice(counters).shared_counters[0][1]
+    assert isinstance(device.capacity["memory"], CapacitySpec)
+    assert str(device.capacity["memory"].value) == "80Gi"
+    assert isinstance(counter_set["memory"], Quantity) and str(counter_set["memory"]) == "80Gi"
