@@ -5,11 +5,16 @@ nodes), so that a large fleet's raw objects cost a fraction of what the JSON par
 Thousands of devices state the same attribute values (`{"string": "NVIDIA H100 80GB HBM3"}`),
 the same capacity map and the same counter consumption; the JSON parser makes a new dict and a
 new string for each. `Compactor.compact_slice` replaces them, in place, by one shared object per
-distinct value; `Compactor.compact_sections` does the same for the dict and list fields of pods,
-claims and nodes (containers, tolerations, labels, requests, node selectors). Equality is
-unchanged, so every reader sees the same object content; in return stored objects are read-only
-(the extender never writes into a stored object: writers deep-copy it and replace the whole
-object, `ClusterState.upsert`).
+distinct value; `Compactor.compact_sections` does the same for the string, dict and list fields
+of pods, claims and nodes (containers, tolerations, labels, requests, node selectors). The maps
+that stay an object's own (a device, its attributes, a pod's `spec`) are rebuilt key-sharing
+(`Compactor.keyshared`): one key table per key sequence, each map holding only its values.
+Equality, key order and `type(x) is dict` are unchanged, so every reader sees the same object
+content; in return stored objects are read-only (the extender never writes into a stored object:
+writers deep-copy it and replace the whole object, `ClusterState.upsert`). A deep copy keeps the
+aliases within one object: a pod, claim or node never holds one shared value twice, but the
+devices of one slice do share their equal capacity maps (edit a copied slice's device by
+replacing its maps, not in place).
 
 The tables that find the shared object are bounded: when one is full it is emptied and refills,
 so values seen only once (device UUIDs) cannot grow it without limit in a long-running watch.
