@@ -4,7 +4,9 @@ Builds the mixed fleet of `bench/mixed_bench.py` (nodes, seed 1, 40 pods), write
 state file, then loads it the way `serve --state` does (`load_state_paths`,
 `ClusterState.from_objects`, `wiring.build_services`) and reports:
 
-- RSS after each step (/proc/self/status), so the deltas are what each step keeps;
+- RSS after each step (/proc/self/status), so the deltas are what each step keeps, with the
+  wall-clock and CPU seconds since the start (CPU time is the steadier figure on a shared
+  machine);
 - with `--tracemalloc`, the live Python allocations after `build_services`, grouped by the
   file that allocated them (numpy buffers are traced too), and the top lines.
 
@@ -20,6 +22,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
+#: The checkout's root, cut from the file names of the top lines.
+_REPO = str(Path(__file__).resolve().parents[1])
+
 
 def _rss() -> float:
     """Resident set size now, MiB (Linux /proc; no psutil dependency)."""
@@ -33,7 +38,7 @@ def _category(filename: str) -> str:
     """Which part of the extender (or library) an allocation belongs to."""
     for marker, name in (
         ("extender/cluster/loading", "raw objects (JSON parse, loading)"),
-        ("extender/cluster/compact", "raw objects (attribute maps rebuilt by compaction)"),
+        ("extender/cluster/compact", "raw objects (maps rebuilt key-sharing by compaction)"),
         ("extender/cluster/", "ClusterState"),
         ("extender/validation", "validation"),
         ("extender/allocator/model", "allocator model (Device/Slice)"),
@@ -75,12 +80,12 @@ def main() -> None:
         print(f"wrote {path}; run again for clean figures", file=sys.stderr)
         return
 
-    steps: list[tuple[str, float, float]] = []
-    start = time.perf_counter()
+    steps: list[tuple[str, float, float, float]] = []
+    start, cpu_start = time.perf_counter(), time.process_time()
 
     def step(name: str) -> None:
         gc.collect()
-        steps.append((name, _rss(), time.perf_counter() - start))
+        steps.append((name, _rss(), time.perf_counter() - start, time.process_time() - cpu_start))
 
     step("interpreter")
     from extender import wiring
@@ -104,11 +109,11 @@ def main() -> None:
     step("build_services (index, CEL, tiers)")
 
     print(f"# {args.nodes} nodes, {path.stat().st_size / 2**20:.0f} MiB state file")
-    print("| step | RSS MiB | delta MiB | s |")
-    print("|---|---:|---:|---:|")
+    print("| step | RSS MiB | delta MiB | s | CPU s |")
+    print("|---|---:|---:|---:|---:|")
     previous = 0.0
-    for name, rss, at in steps:
-        print(f"| {name} | {rss:.0f} | {rss - previous:+.0f} | {at:.1f} |")
+    for name, rss, at, cpu in steps:
+        print(f"| {name} | {rss:.0f} | {rss - previous:+.0f} | {at:.1f} | {cpu:.1f} |")
         previous = rss
     if not args.tracemalloc:
         return
@@ -129,7 +134,7 @@ def main() -> None:
     print("|---|---:|---:|")
     for stat in snapshot.statistics("lineno")[: args.top]:
         frame = stat.traceback[0]
-        where = frame.filename.split("wt-memory/")[-1].split("site-packages/")[-1]
+        where = frame.filename.removeprefix(f"{_REPO}/").split("site-packages/")[-1]
         print(f"| {where}:{frame.lineno} | {stat.size / 2**20:.1f} | {stat.count} |")
     del placement
 

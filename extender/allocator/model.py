@@ -9,7 +9,7 @@ scheduling cycles and thrown away with the slice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from extender.quantity import Quantity
@@ -72,6 +72,9 @@ class Device:
 
     `cel_input` and `selector_results` are caches owned by `extender.index.selecting`; they are the
     only mutable fields and are written only by the thread that evaluates selectors.
+    `selector_results` stays None until the device's first result: most devices never get one
+    (selectors run once per group of equal values), and an empty dict per device cost 12 MiB at
+    5,000 mixed nodes (docs/memory-profile.md).
     """
 
     id: DeviceID
@@ -92,7 +95,7 @@ class Device:
     #: `consumes_counters`; empty when no consumption names any (the common case).
     counter_groups: tuple[frozenset[str], ...] = ()
     cel_input: Any = None
-    selector_results: dict[str, Any] = field(default_factory=dict)
+    selector_results: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -154,25 +157,29 @@ def _capacity(name: str, raw: dict[str, Any], where: str) -> CapacitySpec:
     )
 
 
-#: Parsed capacity maps and counter consumptions remembered by raw object (see `_shared`);
-#: emptied when full.
+#: Parsed capacity maps, counter consumptions and counter-set counters remembered by raw object
+#: (see `_shared`); emptied when full.
 SHARED_PARSE_LIMIT = 1 << 12
-# id(raw JSON value) -> (raw value, its parse). The raw value is held, so no other object can
-# take its id meanwhile. The stored ResourceSlices share one raw value between the devices that
-# state the same one (`extender.cluster.compact`), so those devices share one parse too.
-_shared_parses: dict[int, tuple[Any, Any]] = {}
+# (what the parse is, id(raw JSON value)) -> (raw value, its parse). The raw value is held, so no
+# other object can take its id meanwhile. The stored ResourceSlices share one raw value between
+# the devices that state the same one (`extender.cluster.compact`), so those devices share one
+# parse too. One raw value can be two things: `{"memory": {"value": "80Gi"}}` is a capacity map
+# and a counter set's counters, shared as one object since their JSON is the same.
+_shared_parses: dict[tuple[str, int], tuple[Any, Any]] = {}
 
 
-def _shared(raw: Any, parse: Callable[[], _T]) -> _T:
-    """`parse()` of `raw`, once per raw object: equal devices then share one immutable parse."""
-    known = _shared_parses.get(id(raw))
+def _shared(what: str, raw: Any, parse: Callable[[], _T]) -> _T:
+    """`parse()` of `raw` as `what`, once per raw object: equal devices then share one
+    immutable parse."""
+    key = (what, id(raw))
+    known = _shared_parses.get(key)
     if known is not None and known[0] is raw:
         parsed: _T = known[1]
         return parsed
     parsed = parse()  # raises before anything is remembered
     if len(_shared_parses) >= SHARED_PARSE_LIMIT:
         _shared_parses.clear()
-    _shared_parses[id(raw)] = (raw, parsed)
+    _shared_parses[key] = (raw, parsed)
     return parsed
 
 
@@ -190,6 +197,11 @@ def _parse_consumes(
     return consumes, groups if any(groups) else ()
 
 
+def _shared_counters(raw: dict[str, Any] | None, where: str) -> dict[str, Quantity]:
+    """A counter set's counters, parsed once per shared raw map (`extender.cluster.compact`)."""
+    return _shared("counters", raw, lambda: _counters(raw, where)) if raw else {}
+
+
 def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str, where: str) -> Device:
     """Parse one entry of `spec.devices`; raises ValueError naming the field on bad input.
 
@@ -201,13 +213,13 @@ def parse_device(raw: dict[str, Any], *, driver: str, pool: str, slice_name: str
     )
     raw_consumes = raw.get("consumesCounters")
     consumes, groups = (
-        _shared(raw_consumes, lambda: _parse_consumes(raw_consumes, f"{where}.consumesCounters"))
+        _shared("consumes", raw_consumes, lambda: _parse_consumes(raw_consumes, f"{where}.consumesCounters"))
         if raw_consumes
         else ((), ())
     )
     raw_capacity = raw.get("capacity")
     capacity = (
-        _shared(raw_capacity, lambda: _parse_capacity(raw_capacity, f"{where}.capacity"))
+        _shared("capacity", raw_capacity, lambda: _parse_capacity(raw_capacity, f"{where}.capacity"))
         if raw_capacity
         else {}
     )
@@ -252,7 +264,7 @@ def parse_slice(raw: dict[str, Any]) -> Slice:
         all_nodes=bool(spec.get("allNodes")),
         per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
         shared_counters=tuple(
-            (cs.get("name", ""), _counters(cs.get("counters"), f"spec.sharedCounters[{i}]"))
+            (cs.get("name", ""), _shared_counters(cs.get("counters"), f"spec.sharedCounters[{i}]"))
             for i, cs in enumerate(spec.get("sharedCounters") or ())
         ),
         devices=devices,

@@ -138,16 +138,16 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _json_document(text: bytes) -> Any:
-    """`orjson.loads(text)`, but a `List` is parsed one item at a time and each ResourceSlice
-    compacted as soon as it is parsed (`extender.cluster.compact`), so the whole list of raw
-    objects never exists at once (about seven times the file's size). Same answer, or the same
-    error, as a whole parse (`loads_list`)."""
-    return loads_list(text, _compact_slice)
+    """`orjson.loads(text)`, but a `List` is parsed one item at a time and each item compacted
+    as soon as it is parsed (`extender.cluster.compact`), so the whole list of raw objects never
+    exists at once (about seven times the file's size). Same answer, or the same error, as a
+    whole parse (`loads_list`)."""
+    return loads_list(text, _compact_item)
 
 
-def _compact_slice(item: Any, item_kind: str | None) -> None:
-    if type(item) is dict and item.get("kind", item_kind) == "ResourceSlice":
-        SHARED.compact_loaded(item)
+def _compact_item(item: Any, item_kind: str | None) -> None:
+    if type(item) is dict:
+        SHARED.compact_loaded(item, item.get("kind", item_kind))
 
 
 def _unpack(doc: Obj, label: str) -> Iterator[tuple[str, Obj]]:

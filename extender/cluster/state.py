@@ -161,10 +161,10 @@ class ClusterState:
 
     def upsert(self, obj: Obj) -> None:
         """Add or replace one object. The object must carry `kind`; it is stored, not copied
-        (a ResourceSlice's repeated device values are swapped for shared equal ones first)."""
+        (its repeated parts are swapped for shared equal ones first: `extender.cluster.compact`),
+        and must not be written into afterwards."""
         kind = obj["kind"]
-        if kind == "ResourceSlice":
-            self._compactor.compact_once(obj)
+        self._compactor.compact_once(obj)
         key = object_key(obj)
         objects = self._objects[kind]
         op = UPDATED if key in objects else ADDED
@@ -194,9 +194,8 @@ class ClusterState:
     def replace_kind(self, kind: str, objects: Iterable[Obj], rejected: dict[Key, str] | None = None) -> None:
         """Swap in the full list of one kind (after a relist) in one step, with its refused objects."""
         self._objects[kind] = {object_key(obj): obj for obj in objects}
-        if kind == "ResourceSlice":
-            for obj in self._objects[kind].values():
-                self._compactor.compact_slice(obj)
+        for obj in self._objects[kind].values():
+            self._compactor.compact(obj)
         self._rejected[kind] = dict(rejected or {})
         self._bump(kind)
 

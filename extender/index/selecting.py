@@ -114,6 +114,8 @@ class CachingEvaluator:
     def evaluate(self, expression: str, device: Device) -> bool:
         """Evaluate one selector against one device (cached)."""
         results = device.selector_results
+        if results is None:  # the device's first result (`Device.selector_results`)
+            results = device.selector_results = {}
         cached = results.get(expression)
         if cached is not None:
             self.hits += 1
