@@ -25,7 +25,7 @@ import numpy as np
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import ALL, EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.taints import all_tolerated
-from extender.core.shapes import node_rows
+from extender.core.shapes import node_rows, node_subset
 from extender.index.counters import CounterColumns, counter_columns
 from extender.index.snapshot import Changes, DeviceIndex
 from kernels import counters as kernel
@@ -240,13 +240,7 @@ def _columns(
     and those nodes (aligned with `node_rows`)."""
     counters = counter_columns(index)
     slots = layout.slots
-    picked: np.ndarray | None = None  # the rows worked on, None for every row
-    at: slice | np.ndarray = slice(None)
-    node_at: slice | np.ndarray = slice(None)
-    row_node, num_nodes, num_rows = index.row_node, len(index.node_names), index.num_rows
-    if nodes is not None:
-        picked, row_node = node_rows(index, nodes)
-        at, node_at, num_nodes, num_rows = picked, nodes, len(nodes), len(picked)
+    picked, row_node, at, node_at, num_nodes, num_rows = node_subset(index, nodes)
     row_tainted = index.row_tainted[at]
     other_special = counters.other_special[at]
     candidates = np.zeros((len(slots), num_rows), dtype=np.uint8)

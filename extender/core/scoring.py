@@ -36,7 +36,7 @@ from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.results import ClaimAllocation
 from extender.allocator.taints import all_tolerated
 from extender.core import reasons
-from extender.core.shapes import node_rows, shape_data
+from extender.core.shapes import node_rows, node_subset, shape_data
 from extender.index.snapshot import Changes, DeviceIndex, patched_array
 from extender.index.topology import (
     NodePartitions,
@@ -301,13 +301,7 @@ def _kernel_base(specs: list[ClaimSpec], index: DeviceIndex, nodes: np.ndarray |
     requests = _kernel_requests(specs, index)
     if requests is None:
         return None
-    rows: np.ndarray | None = None
-    at: slice | np.ndarray = slice(None)
-    node_at: slice | np.ndarray = slice(None)
-    row_node, num_nodes, num_rows = index.row_node, len(index.node_names), index.num_rows
-    if nodes is not None:
-        rows, row_node = node_rows(index, nodes)
-        at, node_at, num_nodes, num_rows = rows, nodes, len(nodes), len(rows)
+    rows, row_node, at, node_at, num_nodes, num_rows = node_subset(index, nodes)
     awkward_rows = np.zeros(num_rows, dtype=bool)
     usable = np.zeros((len(requests), num_rows), dtype=bool)
     not_special = ~index.row_special[at]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -163,6 +164,26 @@ def _inherit(data: ShapeData, donor: ShapeData, index: DeviceIndex) -> None:
     for name, item in donor.items.items():
         if name not in GENERATION_ONLY and (found := since(donor.serial)) is not None:
             data.inherited[name], data.origins[name] = (item, found), donor.serial
+
+
+class NodeSubset(NamedTuple):
+    """Where a row-sized item is worked out: every node, or the nodes at `nodes` (`node_subset`)."""
+
+    rows: np.ndarray | None  # the rows worked on (ascending), None for every row
+    row_node: np.ndarray  # per row worked on, its node's number among those worked on
+    at: slice | np.ndarray  # index of the rows worked on in a row-sized column
+    node_at: slice | np.ndarray  # index of the nodes worked on in a node-sized column
+    num_nodes: int
+    num_rows: int
+
+
+def node_subset(index: DeviceIndex, nodes: np.ndarray | None) -> NodeSubset:
+    """Every node of the index (`nodes` None), or the nodes at `nodes` (ascending positions)."""
+    if nodes is None:
+        everything = slice(None)
+        return NodeSubset(None, index.row_node, everything, everything, len(index.node_names), index.num_rows)
+    rows, row_node = node_rows(index, nodes)
+    return NodeSubset(rows, row_node, rows, nodes, len(nodes), len(rows))
 
 
 def node_rows(index: DeviceIndex, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
