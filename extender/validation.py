@@ -536,6 +536,23 @@ def _slice(check: _Checker, obj: Obj) -> None:
 
 _PLAIN_DEVICE_FIELDS = frozenset({"name", "attributes", "capacity", "consumesCounters"})
 
+#: Attribute values, capacity maps and counter consumptions found plain, by identity: the loader
+#: compacts before it validates (`extender.cluster.compact`), so thousands of devices hold one
+#: object for each (a model name, a capacity map). The table holds each object, so an id cannot
+#: be re-used while it is in it; stored objects are never changed in place. Emptied when full.
+_PLAIN_SEEN: dict[int, object] = {}
+PLAIN_SEEN_LIMIT = 1 << 15
+
+
+def _seen_plain(value: object) -> bool:
+    return _PLAIN_SEEN.get(id(value)) is value
+
+
+def _remember_plain(value: object) -> None:
+    if len(_PLAIN_SEEN) >= PLAIN_SEEN_LIMIT:
+        _PLAIN_SEEN.clear()
+    _PLAIN_SEEN[id(value)] = value
+
 
 def _plain_device(device: Obj) -> bool:
     """The usual valid device: a name, scalar attributes, plain capacities and counter
@@ -556,20 +573,34 @@ def _plain_device(device: Obj) -> bool:
     if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
         return False
     for key, attribute in attributes.items():
-        if type(key) is not str or qualified_name(key) or not _plain_scalar(attribute):
+        if type(key) is not str or qualified_name(key):
             return False
-    for key, entry in capacity.items():
-        if (
-            type(key) is not str
-            or qualified_name(key)
-            or type(entry) is not dict
-            or entry.keys() != {"value"}
-        ):
-            return False
-        value = entry["value"]
-        if type(value) is not str or _quantity_problem(value):
-            return False
-    return len(attributes) <= MAX_ATTRIBUTE_VALUES and _plain_consumptions(device.get("consumesCounters"))
+        if not _seen_plain(attribute):
+            if not _plain_scalar(attribute):
+                return False
+            _remember_plain(attribute)
+    if capacity and not _seen_plain(capacity):
+        for key, entry in capacity.items():
+            if (
+                type(key) is not str
+                or qualified_name(key)
+                or type(entry) is not dict
+                or entry.keys() != {"value"}
+            ):
+                return False
+            value = entry["value"]
+            if type(value) is not str or _quantity_problem(value):
+                return False
+        _remember_plain(capacity)
+    if len(attributes) > MAX_ATTRIBUTE_VALUES:
+        return False
+    consumptions = device.get("consumesCounters")
+    if consumptions is None or _seen_plain(consumptions):
+        return True
+    if not _plain_consumptions(consumptions):
+        return False
+    _remember_plain(consumptions)
+    return True
 
 
 def _plain_consumptions(consumptions: Any) -> bool:

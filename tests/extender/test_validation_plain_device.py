@@ -94,3 +94,39 @@ def test_the_fast_path_reports_what_the_full_check_reports(change: str) -> None:
 
 def test_the_unchanged_device_takes_the_fast_path() -> None:
     assert validation._plain_device(copy.deepcopy(PLAIN))
+
+
+def _sharing(changed: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
+    """`changed` with every part equal to `plain`'s being `plain`'s very object, as the loader's
+    compaction shares them between devices (attribute values, capacity map, consumptions)."""
+    device = dict(changed)
+    attributes = changed.get("attributes")
+    if isinstance(attributes, dict):
+        device["attributes"] = {
+            key: plain["attributes"][key] if plain["attributes"].get(key) == value else value
+            for key, value in attributes.items()
+        }
+    for part in ("capacity", "consumesCounters"):
+        if part in changed and changed[part] == plain[part]:
+            device[part] = plain[part]
+    return device
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_parts_seen_plain_on_another_device_change_nothing(change: str) -> None:
+    """A value, capacity map or consumption list already found plain (on the slice's first
+    device) is not checked again: the second device's answer must still be the full check's."""
+    validation._PLAIN_SEEN.clear()
+    plain = copy.deepcopy(PLAIN)
+    changed = copy.deepcopy(PLAIN)
+    CHANGES[change](changed)
+    if changed.get("name") == "gpu-0":
+        changed["name"] = "gpu-1"  # two devices of one name is a problem of its own
+    second = _sharing(changed, plain)
+    both = _slice(plain)
+    both["spec"]["devices"].append(second)
+    fast = validation.problems(both)
+    assert validation._PLAIN_SEEN  # the first device's parts were remembered
+    with mock.patch.object(validation, "_plain_device", lambda device: False):
+        full = validation.problems(both)
+    assert fast == full
