@@ -137,6 +137,9 @@ class Evaluations:
     def remember(self, key: str, pod: Pod) -> None:
         """Record a pod seen in filter/prioritize under its `Pod.key` (UID, else namespace/name).
         A pod larger than the whole byte bound is not kept (bind then says it is not known)."""
+        kept = self._seen.peek(key)
+        if kept is not None and kept.source == pod.source:
+            pod = kept  # sent again (prioritize after filter): its size is known, not measured again
         self._seen.put(key, pod, pod.size)
 
     def seen(self, key: str) -> Pod | None:

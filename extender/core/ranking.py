@@ -19,7 +19,7 @@ from itertools import filterfalse, repeat
 import numpy as np
 
 from extender import telemetry
-from extender.core import firstfit, scoring, shapes
+from extender.core import firstfit, freekeyed, scoring, shapes
 from extender.core.evaluation import PodEvaluation
 from extender.core.scoring import BOUNDED, EXACT, FIRST_FIT, PARTITION, KernelPlan, ScoreBook
 from extender.core.searching import Search
@@ -55,6 +55,7 @@ class Ranker:
         self.search = search
         self.topology = topology
         self.meter = meter
+        self._settings_key = repr(topology)  # what kept answers were scored with (`_kept`)
 
     def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
         """Topology scores of the given passed nodes (computed once per evaluation and node)."""
@@ -92,14 +93,18 @@ class Ranker:
         positions: np.ndarray,
     ) -> np.ndarray:
         """Best sets on the nodes; found sets go into `evaluation.scores`. Returns the statuses."""
-        assert evaluation.relevant is not None
-        started = time.perf_counter()
-        with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(names)}):
-            status, _, parts, chosen = scoring.best_sets(
-                plan, index, positions, free, evaluation.relevant, self.topology
-            )
-            parts = scoring.partition_parts(index, positions, chosen, free, parts)
-        self.meter.add(started)
+        relevant = evaluation.relevant
+        assert relevant is not None
+
+        def run(todo: np.ndarray) -> tuple[np.ndarray, ...]:
+            started = time.perf_counter()
+            with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(todo)}):
+                status, _, parts, chosen = scoring.best_sets(plan, index, todo, free, relevant, self.topology)
+                parts = scoring.partition_parts(index, todo, chosen, free, parts)
+            self.meter.add(started)
+            return status, parts, chosen
+
+        status, parts, chosen = self._kept(evaluation, index, free, "kernel_sets_free").get(positions, run)
         preference = np.ones(len(names))
         final = scoring.combine(parts, preference, self.topology)
         exact = status == kernels.STATUS_EXACT
@@ -118,6 +123,13 @@ class Ranker:
                 np.where(exact[keep], EXACT, BOUNDED),
             )
         return status
+
+    def _kept(
+        self, evaluation: PodEvaluation, index: DeviceIndex, free: np.ndarray, name: str
+    ) -> freekeyed.Kept:
+        """The shape's answers called `name` for `free` and these settings (`freekeyed.kept`)."""
+        shape = shapes.shape_data(evaluation.specs, index)
+        return freekeyed.kept(shape, name, index, free, self._settings_key)
 
     def _score_nodes(self, evaluation: PodEvaluation, names: list[str]) -> None:
         index = self.view.index()
@@ -234,37 +246,64 @@ class Ranker:
         if not mine or plan is None:
             return names
         chosen, slots = book.gather(mine)
-        width = max(int((chosen >= 0).sum(axis=1).max()), 1)
-        chosen, slots = chosen[:, :width], slots[:, :width]
         positions = np.fromiter(map(index.node_pos.__getitem__, mine), dtype=np.int64, count=len(mine))
-        methods = np.full(len(mine), FIRST_FIT, dtype=object)
+        at = np.full(len(index.node_names), -1, dtype=np.int64)
+        at[positions] = np.arange(len(positions))
+
+        def run(todo: np.ndarray) -> tuple[np.ndarray, ...]:
+            return self._first_fit_terms(
+                evaluation, index, todo, chosen[at[todo]], slots[at[todo]], free, relevant
+            )
+
+        kept = self._kept(evaluation, index, free, "first_fit_terms_free")
+        scored, partition, parts = kept.get(positions, run)
+        width = max(int((scored >= 0).sum(axis=1).max()), 1)
+        preference = firstfit.preference(plan, slots)
+        final = scoring.combine(parts, preference, self.topology)
+        methods = np.where(partition, PARTITION, FIRST_FIT).astype(object)
+        evaluation.scores.add(mine, final, parts, preference, scored[:, :width], methods)
+        return list(filterfalse(set(mine).__contains__, names))
+
+    def _first_fit_terms(
+        self,
+        evaluation: PodEvaluation,
+        index: DeviceIndex,
+        positions: np.ndarray,
+        chosen: np.ndarray,
+        slots: np.ndarray,
+        free: np.ndarray,
+        relevant: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per node: the set scored (first-fit's, or for a one-device pod the better partition),
+        whether it is that partition, and the score terms (`scoring.partition_parts`' five)."""
+        plan = evaluation.first_fit
+        assert plan is not None
+        width = max(int((chosen >= 0).sum(axis=1).max(initial=0)), 1)
+        trimmed, slots = chosen[:, :width], slots[:, :width]
+        partition = np.zeros(len(positions), dtype=bool)
         single = scoring.single_partition_request(evaluation.specs, index) if width == 1 else None
         if single is not None:
             choices = scoring.partition_choices(index, positions, single, free, relevant, self.topology)
-            better = (choices >= 0) & (choices != chosen[:, 0])
+            partition = (choices >= 0) & (choices != trimmed[:, 0])
             chosen = chosen.copy()
-            chosen[better, 0] = choices[better]
-            methods[better] = PARTITION
-        claims = np.where(chosen >= 0, plan.slot_claim[np.maximum(slots, 0)], -1)
-        preference = firstfit.preference(plan, slots)
+            chosen[partition, 0] = choices[partition]
+            trimmed = chosen[:, :width]
+        claims = np.where(trimmed >= 0, plan.slot_claim[np.maximum(slots, 0)], -1)
         patterns, group = _claim_patterns(claims)
-        named = np.array(mine, dtype=object)
+        parts = np.zeros((len(positions), 5))
         for g, pattern in enumerate(patterns):
             members = np.flatnonzero(group == g)
             started = time.perf_counter()
             with telemetry.span(telemetry.SPAN_SCORE, **{telemetry.ATTR_NODES_IN: len(members)}):
-                _, parts = scoring.score_sets(
-                    index, positions[members], chosen[members], np.maximum(pattern, 0), free, relevant,
+                _, terms = scoring.score_sets(
+                    index, positions[members], trimmed[members], np.maximum(pattern, 0), free, relevant,
                     self.topology,
                 )  # fmt: skip
-                parts = scoring.partition_parts(index, positions[members], chosen[members], free, parts)
+                parts[members] = scoring.partition_parts(
+                    index, positions[members], trimmed[members], free, terms
+                )
             self.meter.add(started)
-            final = scoring.combine(parts, preference[members], self.topology)
-            evaluation.scores.add(
-                mine if len(patterns) == 1 else named[members].tolist(), final, parts,
-                preference[members], chosen[members], methods[members],
-            )  # fmt: skip
-        return list(filterfalse(set(mine).__contains__, names))
+        return chosen, partition, parts
 
 
 def _relevant(evaluation: PodEvaluation, index: DeviceIndex, shape: shapes.ShapeData) -> np.ndarray:

@@ -27,7 +27,7 @@ from extender import telemetry
 from extender.allocator.allocating import SearchStats
 from extender.allocator.inputs import AllocatedState
 from extender.claims import Claim, allocation_fits_node, skips_node_operations
-from extender.core import feasibility, firstfit, reasons, scoring, shapes
+from extender.core import feasibility, firstfit, freekeyed, reasons, scoring, shapes
 from extender.core.evaluation import PodEvaluation
 from extender.core.ranking import Ranker
 from extender.core.reasons import PASSED, UNRESOLVABLE, NodeVerdict
@@ -212,12 +212,11 @@ class FirstFitTier:
         if plan is None:
             return names
         positions = _positions(evaluation, index, names)
-        result = firstfit.run(plan, index, free, positions)
-        status = result.status
+        status, chosen, chosen_slot = _first_fit(plan, index, free, positions, shape)
         found = status == counter_kernels.STATUS_FOUND
         if found.any():
             evaluation.first_fit_sets.add(
-                evaluation.verdicts.pick(names, found), result.chosen[found], result.chosen_slot[found]
+                evaluation.verdicts.pick(names, found), chosen[found], chosen_slot[found]
             )
             evaluation.verdicts.assign(positions[found], _PASS)
         search = evaluation.verdicts.pick(names, status == counter_kernels.STATUS_UNKNOWN)
@@ -240,6 +239,24 @@ class FirstFitTier:
         fits_if_free = if_free == counter_kernels.STATUS_FOUND
         _assign_no_set(evaluation, positions[sure], fits_if_free[sure], short[sure], texts)
         return search
+
+
+def _first_fit(
+    plan: firstfit.FirstFitPlan,
+    index: DeviceIndex,
+    free: np.ndarray,
+    positions: np.ndarray,
+    shape: shapes.ShapeData,
+) -> tuple[np.ndarray, ...]:
+    """`firstfit.run`'s (status, chosen, chosen_slot) on the nodes, run only where the shape's
+    answers under an earlier free mask no longer hold (`freekeyed`); every node where a node's
+    counters have consumers outside its rows."""
+
+    def run(todo: np.ndarray) -> tuple[np.ndarray, ...]:
+        result = firstfit.run(plan, index, free, todo)
+        return result.status, result.chosen, result.chosen_slot
+
+    return freekeyed.kept(shape, "first_fit_free", index, free).get(positions, run)
 
 
 def _first_fit_plan(

@@ -275,7 +275,9 @@ def test_loaded_items_are_compacted_once(tmp_path: Path) -> None:
 
 async def test_binding_one_pod_leaves_the_pods_it_shares_parts_with_unchanged() -> None:
     """The in-memory binder writes copies: a stored pod or claim sharing parts with the bound
-    one keeps its content (tests/scenarios binds the same sample pods end to end)."""
+    one keeps its content, and so do the objects the bind replaced and the pod as filter
+    received it (the binder copies only what it writes; tests/scenarios binds the same sample
+    pods end to end)."""
     from extender.allocator.features import Features
     from extender.binder import InMemoryBinder
     from extender.cluster.sample import sample_objects
@@ -296,12 +298,19 @@ async def test_binding_one_pod_leaves_the_pods_it_shares_parts_with_unchanged() 
     placement = Placement(state, features=Features.from_gates(), assumed=AssumeCache())
     binder = InMemoryBinder(state, placement)
     nodes = [n["metadata"]["name"] for n in state.list("Node")]
-    verdict = placement.filter(parse_pod(template), nodes)
+    received = copy.deepcopy(template)
+    verdict = placement.filter(parse_pod(received), nodes)
     assert verdict.passed, verdict
+    stored = [(obj, copy.deepcopy(obj)) for kind in ("Pod", "ResourceClaim") for obj in state.list(kind)]
     outcome = await binder.bind(namespace=namespace, name=name, uid=uid, node=verdict.passed[0])
     assert outcome.error == ""
     assert state.get("Pod", name, namespace)["spec"]["nodeName"] == verdict.passed[0]
     assert state.get("Pod", "twin", namespace) == untouched
+    written = [c for c in state.list("ResourceClaim") if c.get("status", {}).get("reservedFor")]
+    assert written and all(c["metadata"]["finalizers"] for c in written)
+    for obj, before in stored:  # replaced or not, no object that was stored was written into
+        assert obj == before, obj["metadata"]["name"]
+    assert received == template
 
 
 def test_no_value_is_shared_twice_within_one_object() -> None:

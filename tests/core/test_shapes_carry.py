@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -46,10 +47,11 @@ def _answers(placement: Placement, pods: list[Pod]) -> list[Answer]:
     return out
 
 
-def _fresh_answers(placement: Placement, pods: list[Pod]) -> list[Answer]:
-    """The answers with no memo of this or any earlier generation; the carried memos are put
-    back after, so the next generation carries from them (not from these)."""
-    index = placement.index()
+@contextmanager
+def no_memos(index: DeviceIndex) -> Iterator[None]:
+    """Inside: no memo of this or any earlier generation (per-shape data, partition choices).
+    The memos are put back after, so the next generation carries from them (not from what was
+    made inside)."""
     kept = (
         dict(shapes._LATEST),
         shapes._SHAPES.pop(index, None),
@@ -59,7 +61,7 @@ def _fresh_answers(placement: Placement, pods: list[Pod]) -> list[Answer]:
     shapes._LATEST.clear()
     scoring._LATEST_CHOICES.clear()
     try:
-        return _answers(placement, pods)
+        yield
     finally:
         shapes._LATEST.clear()
         shapes._LATEST.update(kept[0])
@@ -71,6 +73,12 @@ def _fresh_answers(placement: Placement, pods: list[Pod]) -> list[Answer]:
         scoring._CHOICES.pop(index, None)
         if kept[3] is not None:
             scoring._CHOICES[index] = kept[3]
+
+
+def _fresh_answers(placement: Placement, pods: list[Pod]) -> list[Answer]:
+    """The answers with no memo of this or any earlier generation (`no_memos`)."""
+    with no_memos(placement.index()):
+        return _answers(placement, pods)
 
 
 def _republish(state: ClusterState, raw: Obj, step: int) -> Obj:
