@@ -140,16 +140,22 @@ def choose_allocations(
 
     One ClaimAllocation per pending claim, in `evaluation.claims.pending` order; None if the
     node cannot hold the pod's claims any more. A kernel-chosen set is turned into claim
-    allocations by upstream's own search restricted to exactly those devices (every other
-    device of the node counts as in use), so what is written always obeys upstream's rules;
-    should that search disagree with the kernel, the first-fit allocation is written instead.
+    allocations by upstream's own search restricted to exactly those devices (the topology
+    kernel's: every other device of the node counts as in use; the first-fit kernel's and a
+    partition: `Search.only`), so what is written always obeys upstream's rules; should that
+    search disagree with the kernel, upstream's first-fit allocation over the node is written.
     """
     if not evaluation.specs:
         return []
     score = ranker.scores(evaluation, [name]).get(name)
+    index = view.index()
+    if score is not None and score.method == FIRST_FIT and _kernel_first_fit(evaluation, name, score.rows):
+        # The first-fit kernel's set is upstream's first-fit set: upstream's search over just those
+        # devices takes them in the same order (a fraction of a search over the whole node).
+        verified = search.only(evaluation, index, name, score.rows, in_order=True)
+        return verified if verified is not None else search.allocations_on(evaluation, name)
     if score is None or score.method == FIRST_FIT:
         return search.allocations_on(evaluation, name)
-    index = view.index()
     if score.method == PARTITION:  # one device: upstream's search over just that partition
         verified = search.one_device(evaluation, index, name, int(score.rows[0]))
         return verified if verified is not None else search.allocations_on(evaluation, name)
@@ -164,6 +170,14 @@ def choose_allocations(
         ", ".join(s.ref for s in evaluation.specs),
     )
     return search.allocations_on(evaluation, name)
+
+
+def _kernel_first_fit(evaluation: PodEvaluation, name: str, rows: tuple[int, ...]) -> bool:
+    """Whether the node's first-fit set came from the first-fit kernel (not upstream's search,
+    whose allocation the evaluation then holds) and can be verified by a search over its devices
+    alone: an `All` request's set could not be (over only its devices, "all" is always them)."""
+    plan = evaluation.first_fit
+    return bool(rows) and name not in evaluation.allocations and plan is not None and not plan.has_all
 
 
 def _restricted(

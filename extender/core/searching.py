@@ -7,6 +7,7 @@ Every search runs against a deadline from the `Budget` (filter_timeout_seconds).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -70,6 +71,11 @@ def check_classes_and_selectors(specs: list[ClaimSpec], index: DeviceIndex) -> N
     validate_claims(specs, features=index.features, classes=Classes(index))
 
 
+#: Per index generation: id of a slice -> (the slice, a copy without devices) for `Search.only`
+#: (the slice is held, so its id is not reused while the entry lives).
+_EMPTIED: weakref.WeakKeyDictionary[DeviceIndex, dict[int, tuple[Slice, Slice]]] = weakref.WeakKeyDictionary()
+
+
 class Search:
     """Upstream's search on one node of a ClusterView, under a Budget."""
 
@@ -121,26 +127,43 @@ class Search:
     def one_device(
         self, evaluation: PodEvaluation, index: DeviceIndex, name: str, row: int
     ) -> list[ClaimAllocation] | None:
-        """Upstream's search on the node with only device `row` to choose from, or None if it fails.
+        """Upstream's search on the node with only device `row` to choose from (`only`)."""
+        return self.only(evaluation, index, name, (row,), in_order=True)
+
+    def only(
+        self, evaluation: PodEvaluation, index: DeviceIndex, name: str, rows: Sequence[int], *, in_order: bool
+    ) -> list[ClaimAllocation] | None:
+        """Upstream's search on the node with only the devices at `rows` to choose from; None if
+        it fails or does not take exactly those devices (`in_order`: in that order, else as a set).
 
         The node's pools keep every allocated device (their counters and shares still count) and
-        the chosen one; the others are left out rather than marked in use, because a device marked
-        in use would also hold its shared counters.
+        the chosen ones; the others are left out rather than marked in use, because a device marked
+        in use would also hold its shared counters. A slice keeps its place in its pool (emptied
+        if none of its devices stays), so the pool stays as complete as it was.
         """
         allocated, _ = self.view.allocated_state()
-        chosen = index.row_device[row]
-        shared = {device for device, _ in allocated.shared_ids}
+        chosen = [index.row_device[row].id for row in rows]
+        keep = set(chosen)
+        keep.update(device for device, _ in allocated.shared_ids)
+        held = allocated.devices
+        emptied = _EMPTIED.setdefault(index, {})
         pools = []
         for pool in index.pools.get(name, []):
-            slices = [
-                replace(
-                    s,
-                    devices=tuple(
-                        d for d in s.devices if d is chosen or d.id in allocated.devices or d.id in shared
-                    ),
-                )
-                for s in pool.slices
-            ]
+            if not pool.slices:  # a pool of other nodes' slices (hundreds per node): as it is
+                pools.append(pool)
+                continue
+            slices = []
+            for s in pool.slices:
+                devices = tuple(d for d in s.devices if d.id in keep or d.id in held)
+                if len(devices) == len(s.devices):
+                    slices.append(s)
+                elif devices:
+                    slices.append(replace(s, devices=devices))
+                else:  # most slices of a node: one emptied copy each, made once per generation
+                    empty = emptied.get(id(s))
+                    if empty is None or empty[0] is not s:
+                        empty = emptied[id(s)] = (s, replace(s, devices=()))
+                    slices.append(empty[1])
             pools.append(replace(pool, slices=slices))
         deadline = self.budget.deadline()
         try:
@@ -156,6 +179,9 @@ class Search:
             )
         except (NodeScopedError, AllocationAborted):
             return None
-        if result is None or [r.device.id for a in result for r in a.devices] != [chosen.id]:
+        if result is None:
+            return None
+        taken = [r.device.id for a in result for r in a.devices]
+        if taken != chosen if in_order else (len(taken) != len(chosen) or set(taken) != set(chosen)):
             return None
         return result
