@@ -470,7 +470,16 @@ def _check(inputs: FirstFitInputs, nodes: np.ndarray) -> None:
     ) = inputs  # fmt: skip
     rows = free.shape[0]
     slots = slot_claim.shape[0]
-    if node_start.shape[0] < 1 or node_start[-1] != rows or np.any(np.diff(node_start) < 0):
+    # The index's columns are the same arrays call after call (never written once built): their
+    # O(rows) range checks ran for the last arrays that passed, and are not run again for them.
+    known = _CHECKED[0]
+    again = (
+        known is None
+        or known[0] is not node_start
+        or known[1] is not row_counter
+        or known[2] != available.shape[0]
+    )
+    if node_start.shape[0] < 1 or node_start[-1] != rows or (again and np.any(np.diff(node_start) < 0)):
         raise ValueError("node_start must be non-decreasing from 0 to the number of rows")
     if nodes.size and (nodes.min() < 0 or nodes.max() >= node_start.shape[0] - 1):
         raise ValueError("nodes must be positions in node_start")
@@ -480,11 +489,17 @@ def _check(inputs: FirstFitInputs, nodes: np.ndarray) -> None:
         raise ValueError("claim_first_req, req_first_slot and req_subs disagree on the number of requests")
     if row_ptr.shape[0] != rows + 1 or row_ptr[-1] != row_counter.shape[0] != row_amount.shape[0]:
         raise ValueError("row_ptr must have rows + 1 entries ending at len(row_counter) == len(row_amount)")
-    if row_counter.size and (row_counter.min() < 0 or row_counter.max() >= available.shape[0]):
+    if again and row_counter.size and (row_counter.min() < 0 or row_counter.max() >= available.shape[0]):
         raise ValueError("row_counter entries must index available")
     k = constraint_kind.shape[0]
     if constraint_applies.shape != (k, slots) or constraint_values.shape != (k, rows):
         raise ValueError("constraint_applies must be (K, S) and constraint_values (K, rows)")
+    _CHECKED[0] = (node_start, row_counter, available.shape[0])
+
+
+#: The index columns whose O(rows) checks passed last (`_check`): node_start, row_counter and the
+#: number of counters they were checked against. Held, so their ids are not reused meanwhile.
+_CHECKED: list[tuple[np.ndarray, np.ndarray, int] | None] = [None]
 
 
 def first_fit(

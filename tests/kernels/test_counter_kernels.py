@@ -275,5 +275,23 @@ def test_bad_inputs_raise_clear_errors() -> None:
         counters.first_fit_reference(case, nodes=all_nodes(case), max_work=10)
 
 
+def test_range_checks_run_again_for_other_index_columns() -> None:
+    """The O(rows) range checks are skipped only for the very arrays that passed them last: a new
+    row_counter, node_start, or fewer counters are checked again."""
+    case = mig_node()
+    counters.first_fit(case, nodes=all_nodes(case), max_work=10)  # passes: these arrays are known
+    counters.first_fit(case, nodes=all_nodes(case), max_work=10)
+    out_of_range = case.row_counter.copy()
+    out_of_range[0] = len(case.available)
+    with pytest.raises(ValueError, match="row_counter entries must index available"):
+        counters.first_fit(case._replace(row_counter=out_of_range), nodes=all_nodes(case), max_work=10)
+    with pytest.raises(ValueError, match="row_counter entries must index available"):
+        counters.first_fit(case._replace(available=case.available[:0]), nodes=all_nodes(case), max_work=10)
+    rows = int(case.node_start[-1])
+    decreasing = np.array([0, rows + 1, rows], np.int64)  # ends at the rows, but goes back
+    with pytest.raises(ValueError, match="node_start must be non-decreasing"):
+        counters.first_fit(case._replace(node_start=decreasing), nodes=np.zeros(1, np.int64), max_work=10)
+
+
 def test_warm_up_compiles() -> None:
     assert counters.warm_up() >= 0
