@@ -47,8 +47,23 @@ GENERATION_ONLY = frozenset({"kernel_plan"})
 
 
 def shape_key(specs: list[ClaimSpec]) -> ShapeKey:
-    """What a pod's claims ask for, without what they are called (see module docstring)."""
-    return tuple((repr(claim.requests), repr(claim.constraints)) for claim in specs)
+    """What a pod's claims ask for, without what they are called (see module docstring).
+
+    Remembered for the last few spec lists (an evaluation's, which is never changed once made):
+    one pod's filter, prioritize and bind ask for its shape a dozen times, and the `repr` of its
+    requests was a tenth of a steady cycle at 1,000 nodes."""
+    found = _KEYS.get(id(specs))
+    if found is not None and found[0] is specs:
+        return found[1]
+    key = tuple((repr(claim.requests), repr(claim.constraints)) for claim in specs)
+    if len(_KEYS) >= SHAPES:
+        _KEYS.clear()
+    _KEYS[id(specs)] = (specs, key)  # the list is held, so its id is not reused meanwhile
+    return key
+
+
+#: id of a spec list -> (the list, its key), for `shape_key`.
+_KEYS: dict[int, tuple[list[ClaimSpec], ShapeKey]] = {}
 
 
 @dataclass(slots=True)

@@ -34,6 +34,17 @@ def test_the_shape_key_ignores_what_claims_are_called_but_not_what_they_ask() ->
     assert shapes.shape_data(spec[0], index) is not shapes.shape_data(spec[2], index)
 
 
+def test_the_shape_key_is_remembered_per_spec_list_and_not_confused_between_lists() -> None:
+    two, three = c.claim("two", 2), c.claim("three", 3)
+    placement = c.placement(_cluster(two, three))
+    specs = [placement.new_evaluation(c.pod([claim])).specs for claim in (two, three) for _ in range(40)]
+    keys = [shapes.shape_key(s) for s in specs]  # more lists than the memo keeps: it starts again
+    assert [shapes.shape_key(s) for s in specs] == keys
+    assert shapes.shape_key(specs[0]) is shapes.shape_key(specs[0])
+    assert len(set(keys)) == 2 and keys[0] != keys[-1]
+    assert keys[-1] == tuple((repr(s.requests), repr(s.constraints)) for s in specs[-1])
+
+
 def test_a_node_memo_computes_each_node_once() -> None:
     memo = shapes.NodeMemo.of(5, np.int64)
     asked: list[list[int]] = []
