@@ -45,6 +45,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import warming
+from kernels.checked import CheckedOnce
 
 STATUS_NONE = 0
 STATUS_FOUND = 1
@@ -470,15 +471,8 @@ def _check(inputs: FirstFitInputs, nodes: np.ndarray) -> None:
     ) = inputs  # fmt: skip
     rows = free.shape[0]
     slots = slot_claim.shape[0]
-    # The index's columns are the same arrays call after call (never written once built): their
-    # O(rows) range checks ran for the last arrays that passed, and are not run again for them.
-    known = _CHECKED[0]
-    again = (
-        known is None
-        or known[0] is not node_start
-        or known[1] is not row_counter
-        or known[2] != available.shape[0]
-    )
+    static = (node_start, row_counter)
+    again = _CHECKED.needed(static, available.shape[0])  # row checks: see `kernels.checked`
     if node_start.shape[0] < 1 or node_start[-1] != rows or (again and np.any(np.diff(node_start) < 0)):
         raise ValueError("node_start must be non-decreasing from 0 to the number of rows")
     if nodes.size and (nodes.min() < 0 or nodes.max() >= node_start.shape[0] - 1):
@@ -494,12 +488,10 @@ def _check(inputs: FirstFitInputs, nodes: np.ndarray) -> None:
     k = constraint_kind.shape[0]
     if constraint_applies.shape != (k, slots) or constraint_values.shape != (k, rows):
         raise ValueError("constraint_applies must be (K, S) and constraint_values (K, rows)")
-    _CHECKED[0] = (node_start, row_counter, available.shape[0])
+    _CHECKED.passed(static, available.shape[0])
 
 
-#: The index columns whose O(rows) checks passed last (`_check`): node_start, row_counter and the
-#: number of counters they were checked against. Held, so their ids are not reused meanwhile.
-_CHECKED: list[tuple[np.ndarray, np.ndarray, int] | None] = [None]
+_CHECKED = CheckedOnce()
 
 
 def first_fit(

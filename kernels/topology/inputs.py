@@ -238,7 +238,6 @@ def check_topology(topology: TopologyInputs, nodes: np.ndarray) -> int:
     return int(rows)
 
 
-
 def check_sets(node_start: np.ndarray, nodes: np.ndarray, sets: np.ndarray) -> None:
     """Every entry of sets[m] is -1 or a row of node nodes[m]."""
     if sets.size:
@@ -246,4 +245,3 @@ def check_sets(node_start: np.ndarray, nodes: np.ndarray, sets: np.ndarray) -> N
         hi = node_start[nodes + 1][:, None]
         if not np.all((sets == -1) | ((sets >= lo) & (sets < hi))):
             raise ValueError("every entry of sets[m] must be -1 or a row of node nodes[m]")
-

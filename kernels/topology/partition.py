@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit, prange
 
 from kernels import warming
+from kernels.checked import CheckedOnce
 from kernels.topology.inputs import BLOCK, LAYOUT, PartitionInputs, check_sets, need, need_fields
 
 PARTITION_EPSILON = 1e-9
@@ -161,7 +162,11 @@ def _check_partitions(inputs: PartitionInputs, nodes: np.ndarray, sets: np.ndarr
         raise ValueError("node_start must have N + 1 entries")
     if row_cost.shape[0] != rows or free.shape[0] != rows:
         raise ValueError(f"row_cost and free must have {rows} rows (one per row of row_group)")
-    if n_nodes and (node_start[0] < 0 or node_start[-1] > rows or np.any(np.diff(node_start) < 0)):
+    static = (node_start, row_group, row_cost, group_counters)
+    again = _CHECKED.needed(static)  # row checks: see `kernels.checked`
+    if n_nodes and (
+        node_start[0] < 0 or node_start[-1] > rows or (again and np.any(np.diff(node_start) < 0))
+    ):
         raise ValueError(f"node_start must be non-decreasing within [0, {rows}]")
     if nodes.size and (nodes.min() < 0 or nodes.max() >= n_nodes):
         raise ValueError(f"nodes must index node_start (0 <= node < {n_nodes})")
@@ -172,13 +177,16 @@ def _check_partitions(inputs: PartitionInputs, nodes: np.ndarray, sets: np.ndarr
         raise ValueError(
             f"group_free must have shape ({groups}, {row_cost.shape[1]}) and group_used {groups} entries"
         )
-    if groups and (group_counters.min() < 0 or group_counters.max() > row_cost.shape[1]):
+    if again and groups and (group_counters.min() < 0 or group_counters.max() > row_cost.shape[1]):
         raise ValueError(f"group_counters must be within [0, {row_cost.shape[1]}] (the cost columns)")
-    if rows and row_group.max() >= groups:
+    if again and rows and row_group.max() >= groups:
         raise ValueError(f"row_group entries must be groups (0 <= group < {groups}) or -1")
-    if not (_finite(row_cost) and _finite(group_free)):
+    if not ((not again or _finite(row_cost)) and _finite(group_free)):
         raise ValueError("row_cost and group_free must be finite")
+    _CHECKED.passed(static)
 
+
+_CHECKED = CheckedOnce()
 
 
 def partition_terms(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndarray) -> np.ndarray:
@@ -218,7 +226,6 @@ def _partition_terms_kernel(inputs: PartitionInputs, *, nodes: np.ndarray, sets:
             p.group_used, p.free, out,
         )  # fmt: skip
     return out
-
 
 
 def partition_terms_reference(inputs: PartitionInputs, *, nodes: np.ndarray, sets: np.ndarray) -> np.ndarray:
@@ -263,4 +270,3 @@ def partition_terms_reference(inputs: PartitionInputs, *, nodes: np.ndarray, set
         out[m, 0] = 1.0 - opened / len(taken)
         out[m, 1] = sum(headrooms) / len(headrooms) if headrooms else 1.0
     return out
-

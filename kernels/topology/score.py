@@ -209,7 +209,6 @@ def _check_score(
     check_sets(topology.node_start, nodes, sets)
 
 
-
 def score_sets(
     topology: TopologyInputs, *, nodes: np.ndarray, sets: np.ndarray, set_claim: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -347,4 +346,3 @@ def score_sets_reference(
         score[m] = result[0]
         parts[m] = result[1:]
     return score, parts
-

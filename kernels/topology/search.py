@@ -575,7 +575,6 @@ def _check_best(topology: TopologyInputs, requests: SearchRequests, nodes: np.nd
     return k_total
 
 
-
 def _slots(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per slot (one device to choose), its request and its position within the request."""
     slot_req = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
@@ -635,7 +634,6 @@ def _best_sets_kernel(
 
 class _BudgetExceeded(Exception):
     """Raised inside the twin's search when a tentative addition would exceed max_work."""
-
 
 
 def _bound_reference(
@@ -768,7 +766,6 @@ def _ref_node(
     return (STATUS_EXACT if best else STATUS_NONE), best, best_rows
 
 
-
 def best_sets_reference(
     topology: TopologyInputs, requests: SearchRequests, *, nodes: np.ndarray, max_work: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -792,4 +789,3 @@ def best_sets_reference(
             chosen[m, k : k + c] = [node.lo + x for x in sorted(rows[k : k + c])]
             k += c
     return status, score, parts, chosen
-

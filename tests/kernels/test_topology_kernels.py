@@ -786,3 +786,10 @@ def test_partition_input_checks() -> None:
         topology.partition_terms(inputs._replace(group_free=group_free * np.inf), nodes=nodes, sets=sets)
     with pytest.raises(ValueError, match="group_counters"):
         topology.partition_terms(inputs._replace(group_counters=counters + 5), nodes=nodes, sets=sets)
+    # The O(rows) checks are skipped only for the very arrays that passed them last.
+    topology.partition_terms(inputs, nodes=nodes, sets=sets)
+    topology.partition_terms(inputs, nodes=nodes, sets=sets)
+    with pytest.raises(ValueError, match="finite"):
+        topology.partition_terms(inputs._replace(row_cost=cost * np.nan), nodes=nodes, sets=sets)
+    with pytest.raises(ValueError, match="row_group entries must be groups"):
+        topology.partition_terms(inputs._replace(row_group=group + len(counters)), nodes=nodes, sets=sets)
