@@ -195,7 +195,7 @@ class ClusterState:
         """Swap in the full list of one kind (after a relist) in one step, with its refused objects."""
         self._objects[kind] = {object_key(obj): obj for obj in objects}
         for obj in self._objects[kind].values():
-            self._compactor.compact(obj)
+            self._compactor.compact_once(obj)  # the kube watch compacts what it lists (to validate)
         self._rejected[kind] = dict(rejected or {})
         self._bump(kind)
 

@@ -49,6 +49,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
 
+from extender.cluster.compact import SHARED
 from extender.cluster.state import CLUSTER_SCOPED, ClusterState
 from extender.errors import KubeAPIError
 from extender.kube import api
@@ -367,7 +368,12 @@ class KubeSource:
         A refused object is treated as absent: the API server would never have served it, so
         no version of it is trusted, not even an earlier valid one (a MODIFIED event that makes
         an object invalid drops it). Pods that use it get the reason (`ClusterState.rejection`).
+
+        The object is compacted first, as the file loader does: validation remembers the values
+        it found plain by identity (`extender.validation`), which then covers the thousands of
+        devices sharing one; the state does not walk the object again (`ClusterState.upsert`).
         """
+        SHARED.compact_loaded(obj, watch.spec.kind)
         try:
             validate(obj)
         except InvalidObject as exc:

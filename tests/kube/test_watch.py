@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from extender import wiring
+from extender.cluster.compact import SHARED
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
 from extender.explaining import load_pods
@@ -122,6 +123,48 @@ async def test_initial_sync_makes_placement_ready(services):
     assert stats["relists"]["Node"] == 0
     assert all(age >= 0 for age in stats["last_event_age_seconds"].values())
     assert placement.stats().source["synced"] is True
+
+
+async def test_objects_are_compacted_before_they_are_validated(fake_api, monkeypatch):
+    """The watch shares equal parts of what it lists before validating it (as the file loader
+    does), so validation's memo of plain values covers devices sharing one; the state then
+    stores the objects as compacted, without walking them again."""
+    for name in ("a", "b"):
+        raw = _slice(f"slice-{name}", f"node-{name}", devices=2)
+        for device in raw["spec"]["devices"]:
+            device["attributes"] = {"model": {"string": "H100-SXM"}, "numa": {"int": 1}}
+        fake_api.put_object(raw)
+    validated: list[Any] = []
+    real_validate = kube.validate
+
+    def recording(obj: Any) -> None:
+        if obj.get("kind") == "ResourceSlice":
+            validated.extend(d["attributes"]["model"] for d in obj["spec"]["devices"])
+        real_validate(obj)
+
+    monkeypatch.setattr(kube, "validate", recording)
+    walked: list[str] = []
+    real_compact = SHARED.compact
+
+    def counting(obj: Any, kind: Any = None) -> None:
+        if (kind or obj.get("kind")) == "ResourceSlice":
+            walked.append(obj["metadata"]["name"])
+        real_compact(obj, kind)
+
+    monkeypatch.setattr(SHARED, "compact", counting)
+    placement, _, source = wiring.build_kube_services(SETTINGS, api_client=fake_api.api_client())
+    try:
+        source.start()
+        await wait_for(placement.ready)
+    finally:
+        await source.stop()
+    assert len(validated) == 4
+    assert all(value is validated[0] for value in validated)  # one object: compacted already
+    stored = [
+        d["attributes"]["model"] for s in placement.state.list("ResourceSlice") for d in s["spec"]["devices"]
+    ]
+    assert len(stored) == 4 and all(value is validated[0] for value in stored)
+    assert sorted(walked) == ["slice-a", "slice-b"]  # once each: the state did not walk them again
 
 
 async def test_readyz_follows_the_initial_list_through_the_app(seeded, aiohttp_client):
