@@ -15,6 +15,7 @@ from extender.cluster import jsonitems
 from extender.cluster.jsonitems import loads_list, split_items
 from extender.cluster.loading import load_state_paths
 from extender.errors import StateLoadError
+from tests.cluster.test_compact import _slice
 
 TRICKY_ITEMS: list[Any] = [
     {"kind": "Node", "metadata": {"name": 'a"b,]}[{', "labels": {"x\\": "\\\\", "y": '\\"],'}}},
@@ -107,31 +108,24 @@ def test_loads_list_raises_orjsons_error_for_the_whole_document(text: bytes) -> 
     assert str(caught.value) == str(whole.value)
 
 
-def _slice(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": "gpu.example.com",
-            "nodeName": name,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "gpu-0", "attributes": {"model": {"string": "H100"}}}],
-        },
-    }
+def _product(slice_: dict[str, Any]) -> object:
+    return slice_["spec"]["devices"][0]["attributes"]["productName"]
 
 
 def test_loaded_slices_share_values_and_equal_the_file(tmp_path: Path) -> None:
-    items = [_slice("n1"), _slice("n2")]
+    items = [_slice("n1", "GPU-1"), _slice("n2", "GPU-2")]
     path = tmp_path / "state.json"
     path.write_bytes(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2).encode())
     a, b = load_state_paths([path])
     assert [a, b] == items
-    assert a["spec"]["devices"][0]["attributes"]["model"] is b["spec"]["devices"][0]["attributes"]["model"]
+    assert (
+        a["spec"]["devices"][0]["attributes"]["productName"]
+        is b["spec"]["devices"][0]["attributes"]["productName"]
+    )
 
 
 def test_a_slice_list_without_kinds_is_compacted(tmp_path: Path) -> None:
-    items = [_slice("n1"), _slice("n2")]
+    items = [_slice("n1", "GPU-1"), _slice("n2", "GPU-2")]
     for item in items:
         del item["kind"]
     path = tmp_path / "state.json"
@@ -139,11 +133,14 @@ def test_a_slice_list_without_kinds_is_compacted(tmp_path: Path) -> None:
     path.write_bytes(orjson.dumps(doc))
     a, b = load_state_paths([path])
     assert a["kind"] == b["kind"] == "ResourceSlice"
-    assert a["spec"]["devices"][0]["attributes"]["model"] is b["spec"]["devices"][0]["attributes"]["model"]
+    assert (
+        a["spec"]["devices"][0]["attributes"]["productName"]
+        is b["spec"]["devices"][0]["attributes"]["productName"]
+    )
 
 
 def test_a_bad_item_gives_the_whole_documents_error(tmp_path: Path) -> None:
-    good = orjson.dumps(_slice("n1")).decode()
+    good = orjson.dumps(_slice("n1", "GPU-1")).decode()
     text = '{"apiVersion": "v1", "kind": "List", "items": [' + good + ', {"kind": nope}]}'
     with pytest.raises(orjson.JSONDecodeError) as whole:
         orjson.loads(text)
