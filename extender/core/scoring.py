@@ -577,12 +577,40 @@ _GROUP_STATE: list[tuple[Partitions, np.ndarray, tuple[np.ndarray, np.ndarray]]]
 
 def group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per group: the share of each counter not held by allocated rows, and the allocated row count."""
-    for known_groups, known_free, state in _GROUP_STATE:
+    state = None
+    for known_groups, known_free, known in _GROUP_STATE:
         if known_groups is groups and known_free is free:
-            return state
-    state = _group_state(groups, free)
+            return known
+        if known_groups is groups and len(known_free) == len(free):
+            state = _group_state_since(groups, free, known_free, known)
+    if state is None:
+        state = _group_state(groups, free)
     _GROUP_STATE[:] = [(groups, free, state)]
     return state
+
+
+def _group_state_since(
+    groups: Partitions, free: np.ndarray, known_free: np.ndarray, known: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`group_state(groups, free)` from the state under `known_free`: the groups with a row whose
+    free bit changed are worked out again from their held rows, in `_group_state`'s order (so the
+    same floats), the others copied; None when more than an eighth of the groups changed. A bind
+    changes one node's groups, and `np.subtract.at` over every held row was 0.6 ms at 5,000 nodes."""
+    changed = np.flatnonzero(known_free != free)
+    touched = groups.row_group[changed]
+    touched = np.unique(touched[touched >= 0])
+    if not len(touched):
+        return known
+    if len(touched) * 8 > groups.num_groups:
+        return None
+    in_touched = np.zeros(groups.num_groups + 1, dtype=bool)  # the last entry is row_group -1's
+    in_touched[touched] = True
+    held = np.flatnonzero(~free & in_touched[groups.row_group])
+    group_free, group_used = known[0].copy(), known[1].copy()
+    group_free[touched] = 1.0
+    np.subtract.at(group_free, groups.row_group[held], groups.row_cost[held])
+    group_used[touched] = np.bincount(groups.row_group[held], minlength=groups.num_groups)[touched]
+    return group_free, group_used
 
 
 def _group_state(groups: Partitions, free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
