@@ -754,18 +754,22 @@ def _partition_choices(
     settings: TopologySettings,
     eligible: np.ndarray | None = None,
 ) -> np.ndarray:
-    """`partition_choices` worked out for distinct node positions (`eligible`: `_ChoiceMemo.eligible`
-    if the caller has it)."""
+    """`partition_choices` worked out for distinct node positions, ascending as the memo gives
+    them (`eligible`: `_ChoiceMemo.eligible` if the caller has it)."""
     out = np.full(len(positions), -1, dtype=np.int64)
     if eligible is None:
         mask = index.mask(spec.class_name, tuple(s.expression or "" for s in spec.selectors))
         eligible = selected_rows(index, spec)[0] & groups.row_counters_only & ~mask.error
-    usable = eligible & free
-    if len(positions) < len(index.node_names):
-        in_call = np.zeros(len(index.node_names), dtype=bool)
-        in_call[positions] = True
-        usable &= in_call[index.row_node]
-    rows = np.flatnonzero(usable)
+    if len(positions) * 8 < len(index.node_names):  # a few nodes (kept choices): just their rows
+        candidates, _ = node_rows(index, positions)
+        rows = candidates[eligible[candidates] & free[candidates]]
+    else:
+        usable = eligible & free
+        if len(positions) < len(index.node_names):
+            in_call = np.zeros(len(index.node_names), dtype=bool)
+            in_call[positions] = True
+            usable &= in_call[index.row_node]
+        rows = np.flatnonzero(usable)
     if not len(rows):
         return out
     state = group_state(groups, free)

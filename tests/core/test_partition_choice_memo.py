@@ -33,15 +33,24 @@ def test_kept_choices_equal_fresh_ones_as_devices_are_taken_and_freed() -> None:
     everyone = np.arange(len(index.node_names), dtype=np.int64)
     rng = np.random.default_rng(7)
     free = rng.random(index.num_rows) < 0.7
+    partitioned = np.unique(index.row_node[groups.row_group >= 0])
+    assert 3 <= len(partitioned) < len(everyone)
     some_chosen = False
-    for step in range(8):
+    changed_chosen = 0  # choices on nodes just changed (worked out again, alone when one or two)
+    changed = np.zeros(0, dtype=np.int64)
+    for step in range(16):
         asked = everyone if step % 2 else rng.choice(everyone, size=len(everyone) // 2, replace=False)
         got = scoring.partition_choices(index, asked, spec, free, relevant, settings)
         fresh = scoring._partition_choices(index, groups, everyone, spec, free, relevant, settings)
         assert got.tolist() == fresh[asked].tolist(), step
         some_chosen |= bool((got >= 0).any())
+        changed_chosen += int((got[np.isin(asked, changed)] >= 0).sum())
         free = free.copy()  # as the view does: a new mask per change, a few nodes' rows flipped
-        for node in rng.choice(everyone, size=3, replace=False).tolist():
+        # 1-3 nodes with partitions, their GPUs freed or partly taken: with one or two, just
+        # their rows are worked out again
+        changed = rng.choice(partitioned, size=1 + step % 3, replace=False)
+        for node in changed.tolist():
             lo, hi = int(index.node_start[node]), int(index.node_start[node + 1])
-            free[lo:hi] = rng.random(hi - lo) < 0.5
+            free[lo:hi] = rng.random(hi - lo) < (0.5 if step % 4 == 3 else 0.99)
     assert some_chosen
+    assert changed_chosen >= 4, changed_chosen
