@@ -124,9 +124,11 @@ def _memo(shape: ShapeData, name: str, index: DeviceIndex) -> FreeKeyed:
     if old is not None and isinstance(kept, FreeKeyed):
         changes = old[1]
         if len(kept.known) == len(fresh.known) and len(kept.row_node) == len(index.row_node):
-            fresh.known = kept.known.copy()
+            # Moved, not copied (thousands of rows of sets and terms): the earlier generation's
+            # memo is left empty, so a late call there works its answers out again.
+            fresh.known, kept.known = kept.known, np.zeros_like(kept.known)
             fresh.known[changes.touched] = False
             fresh.key, fresh.free = kept.key, kept.free
-            fresh.columns = tuple(column.copy() for column in kept.columns)
+            fresh.columns, kept.columns = kept.columns, ()
     shape.items[name] = fresh
     return fresh

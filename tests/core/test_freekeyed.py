@@ -19,9 +19,10 @@ import pytest
 from extender.allocator.features import Features
 from extender.binder import InMemoryBinder
 from extender.cluster.state import ClusterState
-from extender.core import freekeyed
+from extender.core import freekeyed, shapes
 from extender.core.assumed import AssumeCache
 from extender.core.placement import Placement
+from extender.index.snapshot import Changes
 from extender.pods import Pod, parse_pod
 from loadtests.fleet import MIXED_SHAPES, generate_mixed_cluster
 from loadtests.generate import SHAPE_LABEL
@@ -89,6 +90,29 @@ def test_another_layout_makes_every_answer_again() -> None:
     (values,) = memo.get(np.array([1, 2]), wider)
     assert calls == [[2], [1, 2]]  # node 1's narrow answer is not mixed in
     assert values.shape == (2, 3) and (values == 1).all()
+
+
+class _Index:
+    """What `freekeyed` reads of an index: the row -> node map and the node names."""
+
+    row_node = ROW_NODE
+    node_names = ("a", "b", "c", "d")
+
+
+def test_a_later_generation_takes_the_answers_but_the_changed_nodes() -> None:
+    old = freekeyed.FreeKeyed.of(ROW_NODE, 4)
+    free = np.ones(8, dtype=bool)
+    old.sync(free)
+    calls: list[list[int]] = []
+    old.get(np.arange(4), _squares(calls))
+    later = shapes.ShapeData(inherited={"memo": (old, Changes(rebuilt=np.array([2]), touched=np.array([2])))})
+    memo = freekeyed._memo(later, "memo", _Index())  # type: ignore[arg-type]
+    memo.sync(free)
+    squares, _ = memo.get(np.arange(4), _squares(calls))
+    assert calls[-1] == [2] and squares.tolist() == [0, 1, 4, 9]  # only the changed node again
+    # The earlier generation's memo gave its answers away: it works them out again if asked.
+    (squares, _) = old.get(np.array([1]), _squares(calls))
+    assert calls[-1] == [1] and squares.tolist() == [1]
 
 
 def _pods_by_shape(pending: list[dict[str, object]]) -> list[Pod]:
