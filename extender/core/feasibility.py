@@ -23,7 +23,7 @@ import numpy as np
 
 from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
-from extender.core import scoring
+from extender.core import freekeyed, scoring
 from extender.core.shapes import ShapeData, node_rows
 from extender.index.snapshot import Changes, DeviceIndex
 
@@ -97,12 +97,21 @@ def check(
             prepared = _prepare(index, requests)
         if shape is not None:
             shape.items["feasibility"] = prepared
-    fits, short = _hall(index, len(requests), prepared, free)
+    k = len(requests)
+
+    def hall(todo: np.ndarray) -> tuple[np.ndarray, ...]:  # over just the rows of `todo`'s nodes
+        rows, local = node_rows(index, todo)
+        return _hall_of(local, len(todo), k, np.where(free[rows], prepared.signature[rows], 0), prepared.need)
+
+    if shape is not None:  # kept per node until its rows change in `free` (`freekeyed`)
+        fits, short = freekeyed.kept(shape, "hall_free", index, free).get(nodes, hall)
+    else:
+        fits, short = hall(nodes)
     return Feasibility(
-        fits=fits[nodes],
+        fits=fits,
         fits_if_free=prepared.fits_if_free[nodes],
         needs_search=prepared.needs_search[nodes],
-        short_request=[int(s) for s in short[nodes]],
+        short_request=short.tolist(),
     )
 
 
