@@ -256,9 +256,8 @@ class Ranker:
             )
 
         kept = self._kept(evaluation, index, free, "first_fit_terms_free")
-        scored, partition, parts = kept.get(positions, run)
+        scored, partition, parts, preference = kept.get(positions, run)
         width = max(int((scored >= 0).sum(axis=1).max()), 1)
-        preference = firstfit.preference(plan, slots)
         final = scoring.combine(parts, preference, self.topology)
         methods = np.where(partition, PARTITION, FIRST_FIT).astype(object)
         evaluation.scores.add(mine, final, parts, preference, scored[:, :width], methods)
@@ -273,9 +272,10 @@ class Ranker:
         slots: np.ndarray,
         free: np.ndarray,
         relevant: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per node: the set scored (first-fit's, or for a one-device pod the better partition),
-        whether it is that partition, and the score terms (`scoring.partition_parts`' five)."""
+        whether it is that partition, the score terms (`scoring.partition_parts`' five) and the
+        prioritized-list preference of first-fit's slots (`firstfit.preference`)."""
         plan = evaluation.first_fit
         assert plan is not None
         width = max(int((chosen >= 0).sum(axis=1).max(initial=0)), 1)
@@ -303,7 +303,7 @@ class Ranker:
                     index, positions[members], trimmed[members], free, terms
                 )
             self.meter.add(started)
-        return chosen, partition, parts
+        return chosen, partition, parts, firstfit.preference(plan, slots)
 
 
 def _relevant(evaluation: PodEvaluation, index: DeviceIndex, shape: shapes.ShapeData) -> np.ndarray:
