@@ -65,3 +65,48 @@ def test_a_changed_device_class_evaluates_everything_again() -> None:
     fresh = build_index(state, FEATURES).mask("gpu.nvidia.com", ())
     assert np.array_equal(after.match, fresh.match)
     assert all(second.row_device[r].id.driver == "dra.net" for r in np.flatnonzero(after.match))
+
+
+def test_a_republished_node_shares_masks_and_columns_and_a_changed_one_patches_a_copy() -> None:
+    """A generation whose rebuilt node selects and reads as before keeps the previous mask and
+    code column objects (nothing copied); a changed value gives new arrays equal to a fresh
+    build's, and the previous generation's arrays stay as they were."""
+    state = ClusterState.from_objects(copy.deepcopy(sample_objects()))
+    selectors = ('device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA H100")',)
+    attribute = "gpu.nvidia.com/productName"
+    first = build_index(state, FEATURES)
+    mask, codes = first.mask("gpu.nvidia.com", selectors), first.attribute_codes(attribute)
+    _touch(state, "h100-node-02")
+    second = build_index(state, FEATURES, previous=first)
+    assert second.mask("gpu.nvidia.com", selectors) is mask
+    assert second.attribute_codes(attribute) is codes
+    kept = (mask.match.copy(), mask.error.copy(), codes.copy())
+
+    raw = copy.deepcopy(
+        next(s for s in state.list("ResourceSlice") if s["spec"].get("nodeName") == "h100-node-02")
+    )
+    raw["metadata"]["resourceVersion"] += "1"
+    raw["spec"]["devices"][0]["attributes"]["productName"] = {"string": "NVIDIA A100"}
+    state.upsert(raw)
+    third = build_index(state, FEATURES, previous=second)
+    after, after_codes = third.mask("gpu.nvidia.com", selectors), third.attribute_codes(attribute)
+    assert after is not mask and after_codes is not codes
+    fresh = build_index(state, FEATURES)
+    expected = fresh.mask("gpu.nvidia.com", selectors)
+    assert np.array_equal(after.match, expected.match) and np.array_equal(after.error, expected.error)
+    assert after.match.sum() == mask.match.sum() - 1
+    fresh_codes = fresh.attribute_codes(attribute)
+    assert np.array_equal(after_codes == after_codes[:, None], fresh_codes == fresh_codes[:, None])
+    for before, now in zip(kept, (mask.match, mask.error, codes), strict=True):
+        assert np.array_equal(before, now)  # readers of the older generations keep theirs
+
+
+def test_union_sorted_is_the_sorted_union_and_keeps_a_superset_as_it_is() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        rows = np.unique(rng.integers(0, 60, rng.integers(0, 40))).astype(np.int64)
+        more = np.unique(rng.integers(0, 60, rng.integers(0, 12))).astype(np.int64)
+        union = snapshot.union_sorted(rows, more)
+        assert np.array_equal(union, np.union1d(rows, more)) and union.dtype == np.int64
+        if np.isin(more, rows).all():
+            assert union is rows
