@@ -469,7 +469,7 @@ class DeviceIndex:
         if replaced is not None and previous_catalog is not None and previous_catalog.features == features:
             catalog = PoolCatalog.replacing(previous_catalog, replaced)
         self.catalog = catalog if catalog is not None else PoolCatalog(slices, features, previous_catalog)
-        self.by_pool: dict[PoolID, list[Slice]] = self.catalog.by_pool
+        self.by_pool: Mapping[PoolID, list[Slice]] = self.catalog.by_pool
         reuse = previous_blocks or {}
         # Node -> its block and its pools; shared with the previous generation where it re-used
         # them (`OverlayDict`), so a one-node change copies neither dict.
