@@ -15,7 +15,7 @@ under the device's driver (CEL then sees whichever comes later in the map).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,6 +70,28 @@ def evaluate_rows(
     failed = np.fromiter((v[1] for v in verdicts), dtype=bool, count=len(verdicts))
     match[at[~alone]] = selected[group]
     error[at[~alone]] = failed[group]
+
+
+def reads_unchanged(
+    index: DeviceIndex, rows: np.ndarray, expressions: tuple[str, ...], before: Mapping[str, np.ndarray]
+) -> bool:
+    """Whether every row of `rows` reads, for `expressions`, what the same row read in the
+    generation whose code columns are `before` (this one's rows are that one's but some nodes',
+    and `rows` are theirs): then each row's verdict is the one it had there. True only when it is
+    sure: the footprint is known, every row is plainly built and no read value is one the groups
+    cannot vouch for, and each column came out as that generation's very array
+    (`DeviceIndex.device_column` keeps it when the rows' codes are as before)."""
+    reads = cel.union_of_reads(expressions)
+    if reads is None:
+        return False
+    plain = _plain_column(index, rows)
+    if plain is not before.get("cel:plain") or not plain[rows].all():
+        return False
+    for read in sorted(reads):
+        column = _read_column(index, read, rows)
+        if column is not before.get(_column_name(read)) or (column[rows] == ALONE).any():
+            return False
+    return True
 
 
 def _one_by_one(

@@ -832,7 +832,11 @@ class DeviceIndex:
         old = carry.masks.get(key) if carry is not None else None
         stale = carry.stale_masks.get(key) if carry is not None and old is None else None
         if carry is not None and old is not None and carry.class_exprs.get(class_name) == class_exprs:
-            if carry.same_rows:
+            if carry.same_rows and selector_groups.reads_unchanged(
+                self, carry.fresh, (*class_exprs, *selectors), carry.codes
+            ):
+                result = old  # the rebuilt rows read what they read there: they select alike
+            elif carry.same_rows:
                 result = self._patched_mask(old, carry.fresh, class_name, class_exprs, selectors)
             else:
                 match, error = carry.take(old.match), carry.take(old.error)

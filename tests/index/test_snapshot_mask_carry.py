@@ -22,12 +22,62 @@ def _touch(state: ClusterState, node: str) -> None:
     state.upsert({**raw, "metadata": {**meta, "resourceVersion": meta["resourceVersion"] + "0"}})
 
 
+def _rename_product(state: ClusterState, node: str, name: str) -> None:
+    raw = copy.deepcopy(
+        next(
+            s
+            for s in state.list("ResourceSlice")
+            if s["spec"].get("nodeName") == node and s["spec"]["driver"] == "gpu.nvidia.com"
+        )
+    )
+    raw["metadata"]["resourceVersion"] += "1"
+    for device in raw["spec"]["devices"]:
+        device["attributes"]["productName"] = {"string": name}
+    state.upsert(raw)
+
+
+def _counting_cel() -> tuple[list[object], object]:
+    calls: list[object] = []
+    real = snapshot.DeviceIndex._evaluate
+
+    def counting(self: snapshot.DeviceIndex, *args: object) -> object:
+        calls.append(args)
+        return real(self, *args)  # type: ignore[arg-type]
+
+    return calls, mock.patch.object(snapshot.DeviceIndex, "_evaluate", counting)
+
+
+def test_rebuilt_rows_that_read_what_they_read_before_keep_their_verdicts_without_cel() -> None:
+    """A rebuilt node whose devices read the same values (re-published, or a change to what no
+    selector reads: a taint) keeps the previous mask itself and runs no CEL; the answer equals a
+    fresh build's."""
+    state = ClusterState.from_objects(copy.deepcopy(sample_objects()))
+    selectors = ('device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA H100")',)
+    index = build_index(state, FEATURES)
+    mask = index.mask("gpu.nvidia.com", selectors)
+    for change in ("same content", "taint"):
+        raw = copy.deepcopy(
+            next(s for s in state.list("ResourceSlice") if s["spec"].get("nodeName") == "h100-node-02")
+        )
+        raw["metadata"]["resourceVersion"] += "1"
+        if change == "taint":
+            raw["spec"]["devices"][0]["taints"] = [{"key": "example.com/broken", "effect": "NoSchedule"}]
+        state.upsert(raw)
+        index = build_index(state, FEATURES, previous=index)
+        calls, patch = _counting_cel()
+        with patch:  # type: ignore[attr-defined]
+            after = index.mask("gpu.nvidia.com", selectors)
+        assert after is mask and calls == [], change
+        fresh = build_index(state, FEATURES).mask("gpu.nvidia.com", selectors)
+        assert np.array_equal(after.match, fresh.match) and np.array_equal(after.error, fresh.error)
+
+
 def test_a_one_node_change_evaluates_only_that_nodes_rows_and_equals_a_fresh_mask() -> None:
     state = ClusterState.from_objects(copy.deepcopy(sample_objects()))
     first = build_index(state, FEATURES)
     selectors = ('device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA")',)
     before = first.mask("gpu.nvidia.com", selectors)
-    _touch(state, "h100-node-02")
+    _rename_product(state, "h100-node-02", "NVIDIA H100 SXM5")  # a value the selector reads
     second = build_index(state, FEATURES, previous=first)
     position = second.node_pos["h100-node-02"]
     rows = int(second.node_start[position + 1] - second.node_start[position])
