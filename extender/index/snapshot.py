@@ -271,6 +271,10 @@ class _Carry:
     rows: _RowMap
     fresh: np.ndarray
     same_rows: bool  # every row itself but `fresh`: a copy does it (`patched`)
+    #: The rows of `fresh` whose device may read differently from the previous generation's
+    #: device on that row (`_same_values`; all of `fresh` unless `same_rows`): a code column
+    #: works out only these again.
+    changed: np.ndarray
     #: The newest attribute table built before this generation, and where its rows went (its
     #: generation may be older than the previous one: the table is built only when needed).
     table: AttributeTable | None
@@ -756,7 +760,9 @@ class DeviceIndex:
             first = np.zeros(len(sizes), dtype=np.int64)
             np.cumsum(sizes[:-1], out=first[1:])
             fresh = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(starts - first, sizes)
-            self._carry_with(previous, _RowMap(None, fresh, self.num_rows))
+            self._carry_with(
+                previous, _RowMap(None, fresh, self.num_rows), _changed_rows(previous, self, rebuilt)
+            )
             return
         previous_blocks = previous.blocks
         previous_pos = previous.node_pos
@@ -776,7 +782,7 @@ class DeviceIndex:
         gather[carried] = old_first[self.row_node[carried]] + offset[carried]
         self._carry_with(previous, _RowMap(gather, np.flatnonzero(gather < 0), self.num_rows))
 
-    def _carry_with(self, previous: DeviceIndex, rows: _RowMap) -> None:
+    def _carry_with(self, previous: DeviceIndex, rows: _RowMap, changed: np.ndarray | None = None) -> None:
         """Keep `previous`'s masks and codes with the row map `rows` (see `carry_from`)."""
         interned_limit = 4 * max(self.num_rows, previous.num_rows) + 4096
         codes: dict[str, np.ndarray] = {}
@@ -807,6 +813,7 @@ class DeviceIndex:
             rows=rows,
             fresh=fresh,
             same_rows=same_rows,
+            changed=fresh if changed is None else changed,
             table=table,
             table_rows=table_rows if table is not None else None,
             stale_masks=stale_masks,
@@ -982,7 +989,7 @@ class DeviceIndex:
             old = carry.codes.get(name) if carry is not None else None
             stale = carry.stale_codes.get(name) if carry is not None and old is None else None
             if carry is not None and old is not None and carry.same_rows:
-                codes = self._patched_column(old, carry.fresh, code_of, whole)
+                codes = self._patched_column(old, carry.changed, code_of, whole)
             elif carry is not None and old is not None:
                 codes = carry.take(old)
                 codes[carry.fresh] = UNCOMPUTED
@@ -1010,6 +1017,8 @@ class DeviceIndex:
         """`old` (over this generation's rows) with `rows` worked out again: `old` itself when
         their codes are as before. Its other rows may be `UNCOMPUTED`: filled in place later with
         the same value for either generation (the same devices)."""
+        if not len(rows):
+            return old
         values = whole(self.rows_table(rows)) if whole is not None else self._codes_of(rows, code_of)
         if np.array_equal(old[rows], values):
             return old
@@ -1087,6 +1096,42 @@ def _stale(
             if name not in made and name not in older.codes and room(1, column.nbytes, len(columns)):
                 columns[name] = (column, since(rows))
     return masks, columns
+
+
+def _same_values(old: Device, new: Device) -> bool:
+    """Whether every code column reads the same of `new` as of `old` (`device_column`: the
+    columns read the driver, allowMultipleAllocations, the attributes and the capacity): the
+    same driver and flag, the same parsed capacity map (or none), and the same attribute values (the
+    very objects: stored slices share equal values, and identity is exact where equality is not,
+    `{"int": 1} == {"int": 1.0}`) under the same names in the same order."""
+    if old is new:
+        return True
+    if (
+        old.id.driver != new.id.driver
+        or old.allow_multiple_allocations != new.allow_multiple_allocations
+        or (old.capacity is not new.capacity and (old.capacity or new.capacity))
+    ):
+        return False
+    before, after = old.attributes, new.attributes
+    if before is after:
+        return True
+    return len(before) == len(after) and all(
+        a == b and x is y for (a, x), (b, y) in zip(before.items(), after.items(), strict=True)
+    )
+
+
+def _changed_rows(previous: DeviceIndex, index: DeviceIndex, rebuilt: np.ndarray) -> np.ndarray:
+    """The rows of the rebuilt nodes (`rebuilt`, ascending; the rows are `previous`'s but
+    theirs) whose device may read differently from `previous`'s device on that row."""
+    changed: list[int] = []
+    starts = index.node_start
+    for position in rebuilt.tolist():
+        start, stop = int(starts[position]), int(starts[position + 1])
+        olds, news = previous.row_device[start:stop], index.row_device[start:stop]
+        changed.extend(
+            row for row, a, b in zip(range(start, stop), olds, news, strict=True) if not _same_values(a, b)
+        )
+    return np.asarray(changed, dtype=np.int64)
 
 
 def build_index(

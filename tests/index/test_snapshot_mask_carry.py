@@ -160,3 +160,32 @@ def test_union_sorted_is_the_sorted_union_and_keeps_a_superset_as_it_is() -> Non
         assert np.array_equal(union, np.union1d(rows, more)) and union.dtype == np.int64
         if np.isin(more, rows).all():
             assert union is rows
+
+
+def test_same_values_is_exact_about_what_the_code_columns_read() -> None:
+    from extender.allocator.model import parse_slice
+
+    def device(attributes: dict[str, object], **extra: object) -> object:
+        raw = {
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "nodeName": "n",
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "d", "attributes": attributes, **extra}],
+            },
+        }
+        return parse_slice(raw).devices[0]
+
+    one, model = {"int": 1}, {"string": "H100"}
+    base = device({"index": one, "model": model})
+    assert snapshot._same_values(base, device({"index": one, "model": model}))  # the same objects
+    assert not snapshot._same_values(
+        base, device({"index": {"int": 1.0}, "model": model})
+    )  # equal, not the same
+    assert not snapshot._same_values(base, device({"index": {"int": 2}, "model": model}))
+    assert not snapshot._same_values(base, device({"model": model, "index": one}))  # another order
+    assert not snapshot._same_values(base, device({"index": one}))
+    assert not snapshot._same_values(
+        base, device({"index": one, "model": model}, capacity={"m": {"value": "1"}})
+    )
