@@ -275,6 +275,8 @@ class _Carry:
     #: device on that row (`_same_values`; all of `fresh` unless `same_rows`): a code column
     #: works out only these again.
     changed: np.ndarray
+    #: Code columns of the previous generation that held no UNCOMPUTED entry.
+    complete: frozenset[str]
     #: The newest attribute table built before this generation, and where its rows went (its
     #: generation may be older than the previous one: the table is built only when needed).
     table: AttributeTable | None
@@ -499,6 +501,8 @@ class DeviceIndex:
         self._table: AttributeTable | None = None  # built on first need (`attribute_table`)
         # id(rows) -> (rows, their table) for `rows_table` (the rows are held, so ids stay theirs).
         self._rows_tables: dict[int, tuple[np.ndarray, AttributeTable]] = {}
+        # Names of code columns known to hold no UNCOMPUTED entry (`device_column`).
+        self._complete_columns: set[str] = set()
         # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
         self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
         # Per slice, the raw ResourceSlice it was parsed from: lets the next build skip unchanged
@@ -814,6 +818,7 @@ class DeviceIndex:
             fresh=fresh,
             same_rows=same_rows,
             changed=fresh if changed is None else changed,
+            complete=frozenset(previous._complete_columns),
             table=table,
             table_rows=table_rows if table is not None else None,
             stale_masks=stale_masks,
@@ -984,12 +989,16 @@ class DeviceIndex:
         the rebuilt nodes' and theirs keep their codes, the column is the previous one itself.
         """
         codes = self._attribute_codes.get(name)
+        complete = self._complete_columns
         if codes is None:
+            complete.discard(name)
             carry = self._carry
             old = carry.codes.get(name) if carry is not None else None
             stale = carry.stale_codes.get(name) if carry is not None and old is None else None
             if carry is not None and old is not None and carry.same_rows:
                 codes = self._patched_column(old, carry.changed, code_of, whole)
+                if name in carry.complete:
+                    complete.add(name)
             elif carry is not None and old is not None:
                 codes = carry.take(old)
                 codes[carry.fresh] = UNCOMPUTED
@@ -997,14 +1006,19 @@ class DeviceIndex:
                 codes = self._patched_column(stale[0], stale[1], code_of, whole)
             elif whole is not None:
                 codes = whole(self.attribute_table())
+                complete.add(name)
             else:
                 codes = np.full(self.num_rows, UNCOMPUTED, dtype=np.int32)
             self._attribute_codes.put(name, codes, codes.nbytes + len(name) + _ENTRY_OVERHEAD)
+        if rows is None and name in complete:
+            return codes  # no row-sized scan for entries still to compute
         todo = np.flatnonzero(codes == UNCOMPUTED) if rows is None else rows[codes[rows] == UNCOMPUTED]
         if len(todo):
             # Only UNCOMPUTED entries are written, each with its one value: a reader on another
             # thread (or of another generation sharing the column) sees either that or the value.
             codes[todo] = self._codes_of(todo, code_of)
+        if rows is None:
+            complete.add(name)
         return codes
 
     def _patched_column(

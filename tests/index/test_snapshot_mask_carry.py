@@ -147,6 +147,7 @@ def test_a_republished_node_shares_masks_and_columns_and_a_changed_one_patches_a
     assert after.match.sum() == mask.match.sum() - 1
     fresh_codes = fresh.attribute_codes(attribute)
     assert np.array_equal(after_codes == after_codes[:, None], fresh_codes == fresh_codes[:, None])
+    assert (after_codes != snapshot.UNCOMPUTED).all()  # a whole column: nothing left to compute
     for before, now in zip(kept, (mask.match, mask.error, codes), strict=True):
         assert np.array_equal(before, now)  # readers of the older generations keep theirs
 
