@@ -300,8 +300,16 @@ class _Carry:
 
 
 def _node_block(
-    key: tuple[Any, ...], node: Obj, pools: list[Pool], features: Features, topology: TopologyModel
+    key: tuple[Any, ...],
+    node: Obj,
+    pools: list[Pool],
+    features: Features,
+    topology: TopologyModel,
+    before: _NodeBlock | None = None,
 ) -> _NodeBlock:
+    """The node's rows from its pools; `before` is the node's previous block, whose topology
+    coordinates (and link distances, for the same node object) are kept when every device reads
+    as the one it replaces (`_same_values`: coordinates are read from attributes and driver)."""
     devices: list[Device] = []
     special: list[bool] = []
     tainted: list[bool] = []
@@ -332,7 +340,17 @@ def _node_block(
                 tainted.append(
                     features.device_taints and any(t.effect in BLOCKING_EFFECTS for t in device.taints)
                 )
-    coords = topology.node_coords(devices)
+    if (
+        before is not None
+        and len(before.devices) == len(devices)
+        and all(_same_values(a, b) for a, b in zip(before.devices, devices, strict=True))
+    ):
+        coords = before.coords
+        same_names = all(a.name == b.name for a, b in zip(before.devices, devices, strict=True))
+        if before.key[0] == key[0] and same_names:  # the same node object and row names
+            return _NodeBlock(key, pools, devices, special, tainted, coords, before.links)
+    else:
+        coords = topology.node_coords(devices)
     links = topology.link_matrix(node, [d.name for d in devices]) if devices else None
     return _NodeBlock(key, pools, devices, special, tainted, coords, links)
 
@@ -524,7 +542,7 @@ class DeviceIndex:
         key = (id(node), tuple(id(p) for p in with_devices))
         block = reuse.get(name)
         if block is None or block.key != key:
-            block = _node_block(key, node, with_devices, self.features, self.topology)
+            block = _node_block(key, node, with_devices, self.features, self.topology, block)
             self.rebuilt.append(name)
         invalid = any(p.invalid for p in pools.own) or any(
             i not in pools.hidden for i in self.catalog.shared_invalid

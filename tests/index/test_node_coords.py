@@ -3,6 +3,7 @@ none, as the device-by-device completion in listing order does (the array step e
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -80,3 +81,35 @@ def test_partitions_take_their_gpus_coordinates_and_chains_complete_in_listing_o
     assert coords[3][1] == coords[1][1] and coords[3][2] != NO_COORD and coords[1][2] == NO_COORD
     assert (coords[4][1:3] == NO_COORD).all()  # mig-2: no parent on the node
     assert coords[5][1] == NO_COORD  # nested: from mig-3 as listed before mig-3 was completed
+
+
+def test_a_rebuilt_block_keeps_coordinates_only_while_its_devices_read_the_same() -> None:
+    objects, _ = generate_mixed_cluster(nodes=12, seed=5, pods=0)
+    state = ClusterState.from_objects(objects)
+    index = build_index(state, Features.from_gates())
+    raw = next(
+        s
+        for s in state.list("ResourceSlice")
+        if any(
+            "resource.kubernetes.io/pcieRoot" in (d.get("attributes") or {})
+            for d in s["spec"].get("devices") or []
+        )
+    )
+    node = raw["spec"]["nodeName"]
+    before = index.blocks[node]
+    # Re-published as it is: the block is rebuilt (a new slice object) and keeps its coordinates.
+    state.upsert({**raw, "metadata": {**raw["metadata"], "resourceVersion": "r1"}})
+    index = build_index(state, Features.from_gates(), previous=index)
+    kept = index.blocks[node]
+    assert kept is not before and kept.coords is before.coords
+    # A device moved to another root complex: the coordinates are worked out again.
+    moved = copy.deepcopy(raw)
+    moved["metadata"]["resourceVersion"] = "r2"
+    device = next(d for d in moved["spec"]["devices"] if "resource.kubernetes.io/pcieRoot" in d["attributes"])
+    device["attributes"]["resource.kubernetes.io/pcieRoot"] = {"string": "pci-elsewhere"}
+    state.upsert(moved)
+    index = build_index(state, Features.from_gates(), previous=index)
+    block = index.blocks[node]
+    assert block.coords is not kept.coords
+    assert np.array_equal(block.coords, index.topology.node_coords(block.devices))
+    assert not np.array_equal(block.coords, kept.coords)

@@ -11,6 +11,7 @@ import copy
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from extender.allocator.features import Features
@@ -256,6 +257,12 @@ def test_incremental_rebuilds_equal_a_fresh_build(seed: int) -> None:
         assert [d.id for d in index.row_device] == [d.id for d in fresh.row_device]
         assert (index.node_start == fresh.node_start).all()
         _assert_same_catalog(index.catalog, fresh.catalog)
+        for name in index.rebuilt:  # coordinates kept from the block before equal a recompute
+            block = index.blocks[name]
+            assert np.array_equal(block.coords, index.topology.node_coords(block.devices)), name
+            links = index.topology.link_matrix(index.nodes[name], [d.name for d in block.devices])
+            assert (links is None) == (block.links is None)
+            assert links is None or np.array_equal(links, block.links, equal_nan=True)
         # A block is re-used only when its node and the pools giving it devices are the same.
         for name in set(index.node_names) - set(index.rebuilt):
             assert index.blocks[name] is previous.blocks[name]
