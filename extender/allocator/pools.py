@@ -547,7 +547,7 @@ class PoolCatalog:
                 added.append(view)
         self.by_pool = Replaced(by_pool, members)
         self.facts = Replaced(previous.facts, facts_changes)
-        unnamed.intersection_update(previous.named)
+        unnamed = {name for name in unnamed if name in previous.named}  # not a set op: that walks the map
         if unnamed:  # keys go: a plain dict (rare: a pool stopped naming a node)
             named = {**previous.named, **named_changes}
             for name in unnamed:

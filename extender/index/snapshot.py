@@ -601,7 +601,7 @@ class DeviceIndex:
             touched.update(changed_nodes)
         else:
             touched.update(name for name, node in self.nodes.items() if old_nodes.get(name) is not node)
-        touched.intersection_update(self.nodes)
+        touched = {name for name in touched if name in self.nodes}  # a set op would walk every node
         if len(touched) * 4 > len(self.nodes):
             return None  # most nodes changed: the full pass is as cheap
         return touched
