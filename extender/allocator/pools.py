@@ -17,9 +17,9 @@ every node sees the same way (`NodePools`). The result is exactly upstream's per
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Generic, TypeVar, overload
 
 from extender.allocator.compatibility import slice_uses_groups
 from extender.allocator.features import Features
@@ -28,6 +28,57 @@ from extender.allocator.nodeselection import Node, node_matches
 from extender.quantity import Quantity
 
 CounterSets = dict[str, dict[str, Quantity]]
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_T = TypeVar("_T")
+#: A `Replaced` map is made a plain dict again once this share of its keys was replaced.
+_FLATTEN_SHARE = 16
+
+
+class Replaced(Mapping[_K, _V], Generic[_K, _V]):
+    """A dict shared with the catalog a later one was made from (`PoolCatalog.replacing`), plus
+    the entries the later one replaced or added: a one-slice change copies none of the cluster's
+    per-pool and per-node dicts (tens of thousands of entries at 5,000 nodes). Never changed in
+    place; made a plain dict again once a sixteenth of its keys were replaced."""
+
+    __slots__ = ("_added", "_base", "_changes")
+
+    def __init__(self, base: Mapping[_K, _V], changes: Mapping[_K, _V]) -> None:
+        if isinstance(base, Replaced):
+            changes = {**base._changes, **changes}
+            base = base._base
+        if len(changes) * _FLATTEN_SHARE > len(base):
+            base, changes = {**base, **changes}, {}
+        self._base: Mapping[_K, _V] = base
+        self._changes: dict[_K, _V] = dict(changes)
+        self._added = sum(1 for key in self._changes if key not in base)
+
+    def __getitem__(self, key: _K) -> _V:
+        changes = self._changes
+        if key in changes:
+            return changes[key]
+        return self._base[key]
+
+    @overload
+    def get(self, key: _K, /) -> _V | None: ...
+    @overload
+    def get(self, key: _K, default: _V | _T, /) -> _V | _T: ...
+    def get(self, key: _K, default: object = None) -> object:
+        changes = self._changes
+        if key in changes:
+            return changes[key]
+        return self._base.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._changes or key in self._base
+
+    def __iter__(self) -> Iterator[_K]:
+        yield from self._base
+        if self._added:
+            yield from (key for key in self._changes if key not in self._base)
+
+    def __len__(self) -> int:
+        return len(self._base) + self._added
 
 
 @dataclass(slots=True)
@@ -382,6 +433,8 @@ class PoolCatalog:
     #: Shared pools whose devices every node can use (they give rows), and shared invalid pools.
     shared_with_devices: tuple[Pool, ...]
     shared_invalid: frozenset[PoolID]
+    #: id(shared marker) -> its place in `shared` (`shared_positions`), made on first need.
+    _shared_at: dict[int, int] | None
 
     def __init__(
         self, slices: Iterable[Slice], features: Features, previous: PoolCatalog | None = None
@@ -390,10 +443,14 @@ class PoolCatalog:
         by_pool: dict[PoolID, list[Slice]] = {}
         for slice_ in slices:
             by_pool.setdefault(slice_.pool_id, []).append(slice_)
-        self.by_pool = by_pool
-        reuse = previous.facts if previous is not None and previous.features == features else {}
-        self.facts: dict[PoolID, PoolFacts] = {}
-        self.named: dict[str, list[PoolFacts]] = {}  # node name -> pools with slices naming it
+        self.by_pool: Mapping[PoolID, list[Slice]] = by_pool
+        reuse: Mapping[PoolID, PoolFacts] = (
+            previous.facts if previous is not None and previous.features == features else {}
+        )
+        facts_of: dict[PoolID, PoolFacts] = {}
+        named: dict[str, list[PoolFacts]] = {}  # node name -> pools with slices naming it
+        self.facts: Mapping[PoolID, PoolFacts] = facts_of
+        self.named: Mapping[str, list[PoolFacts]] = named
         self.selected: list[PoolFacts] = []  # pools with slices that need a node-selector match
         self.reused = 0
         self._builds = 0  # pool builds done through this catalog (`builds`)
@@ -409,9 +466,9 @@ class PoolCatalog:
             else:
                 facts = PoolFacts(pool_id, members, features)
                 self.fresh.append(facts)
-            self.facts[pool_id] = facts
+            facts_of[pool_id] = facts
             for name in facts.named:
-                self.named.setdefault(name, []).append(facts)
+                named.setdefault(name, []).append(facts)
             if facts.selected:
                 self.selected.append(facts)
             before = facts.builds
@@ -431,7 +488,7 @@ class PoolCatalog:
         """`previous` with some slices replaced in place (old, new; same pool, same position in
         cluster order), the same as a catalog built from the new slice list; None when a
         replacement moves a slice to another pool. Costs the touched pools, not every pool."""
-        by_pool = dict(previous.by_pool)
+        by_pool = previous.by_pool
         members: dict[PoolID, list[Slice]] = {}
         for old, new in replaced:
             pool_id = old.pool_id
@@ -446,30 +503,35 @@ class PoolCatalog:
             current[at] = new
         self = cls.__new__(cls)
         self.features = previous.features
-        self.by_pool = by_pool
-        self.facts = dict(previous.facts)
-        self.named = dict(previous.named)
+        # The touched pools' entries over `previous`'s dicts, shared (`Replaced`).
+        facts_changes: dict[PoolID, PoolFacts] = {}
+        named_changes: dict[str, list[PoolFacts]] = {}
+        unnamed: set[str] = set()  # nodes no pool names any more
         self.fresh, self.dropped = [], []
         self._builds = 0
         views: dict[int, Pool | None] = {}  # id(old shared view) -> the new one (None: gone)
         added: list[Pool] = []
         selected = list(previous.selected)
         for pool_id, slices in members.items():
-            by_pool[pool_id] = slices
             old_facts = previous.facts[pool_id]
             facts = PoolFacts(pool_id, slices, self.features)
-            self.facts[pool_id] = facts
+            facts_changes[pool_id] = facts
             self.fresh.append(facts)
             self.dropped.append(old_facts)
             for name in {*old_facts.named, *facts.named}:
-                listed = [f for f in self.named.get(name, ()) if f is not old_facts]
+                earlier = named_changes.get(name)
+                if earlier is None:
+                    earlier = [] if name in unnamed else previous.named.get(name, [])
+                listed = [f for f in earlier if f is not old_facts]
                 if name in facts.named:
                     listed.append(facts)
                     listed.sort(key=lambda f: previous._order.get(f.id, 0))
                 if listed:
-                    self.named[name] = listed
+                    named_changes[name] = listed
+                    unnamed.discard(name)
                 else:
-                    self.named.pop(name, None)
+                    named_changes.pop(name, None)
+                    unnamed.add(name)
             if old_facts.selected or facts.selected:
                 selected = [f for f in selected if f is not old_facts]
                 if facts.selected:
@@ -483,50 +545,88 @@ class PoolCatalog:
                 views[id(old_view)] = view
             elif view is not None:
                 added.append(view)
+        self.by_pool = Replaced(by_pool, members)
+        self.facts = Replaced(previous.facts, facts_changes)
+        unnamed = {name for name in unnamed if name in previous.named}  # not a set op: that walks the map
+        if unnamed:  # keys go: a plain dict (rare: a pool stopped naming a node)
+            named = {**previous.named, **named_changes}
+            for name in unnamed:
+                del named[name]
+            self.named = named
+        else:
+            self.named = Replaced(previous.named, named_changes)
         self.selected = selected
         self._order = previous._order
         self.reused = len(self.facts) - len(self.fresh)
-        markers = [views.get(id(p), p) for p in previous.shared] if views else list(previous.shared)
-        shared = [p for p in markers if p is not None]
-        if (
-            not added
-            and len(shared) == len(markers)
-            and all(
-                search_key(new) == key
-                for new, old, key in zip(shared, previous.shared, previous.shared_keys, strict=True)
-                if new is not old
-            )
-        ):
-            # Each changed marker keeps its place in the search order (mostly a pool re-published
-            # with the same devices): the shared keys stay, nothing is sorted or keyed again.
-            self._share(previous, tuple(shared))
+        if not views and not added:  # no shared marker changed (e.g. a node-local device slice)
+            self._take_shared(previous)
             return self
+        if not added and self._replace_in_place(previous, views):
+            return self
+        markers = [views.get(id(p), p) for p in previous.shared]
+        shared = [p for p in markers if p is not None]
         shared += added
         shared.sort(key=search_key)
         self._set_shared(shared)
         return self
 
-    def _share(self, previous: PoolCatalog, shared: tuple[Pool, ...]) -> None:
-        """`shared` with `previous`'s keys: each of its pools has the key of the pool it replaces
-        (`previous`'s very tuples when no pool was replaced)."""
-        if all(a is b for a, b in zip(shared, previous.shared, strict=True)):
-            self.shared = previous.shared
-            self.shared_keys = previous.shared_keys
-            self.shared_with_devices = previous.shared_with_devices
-            self.shared_invalid = previous.shared_invalid
-            return
-        self.shared = shared
+    def _take_shared(self, previous: PoolCatalog) -> None:
+        self.shared = previous.shared
         self.shared_keys = previous.shared_keys
-        self.shared_with_devices = tuple(p for p in shared if p.slices and not p.invalid and not p.incomplete)
-        self.shared_invalid = frozenset(p.id for p in shared if p.invalid)
+        self.shared_with_devices = previous.shared_with_devices
+        self.shared_invalid = previous.shared_invalid
+        self._shared_at = previous._shared_at
+
+    def _replace_in_place(self, previous: PoolCatalog, views: dict[int, Pool | None]) -> bool:
+        """Each changed marker in the place of the one it replaces, when it keeps that place's
+        search key (mostly a pool re-published with the same devices): the shared keys stay,
+        nothing is sorted, keyed or scanned again. False when a marker goes or moves."""
+        at = previous.shared_positions()
+        shared = list(previous.shared)
+        keys = previous.shared_keys
+        changed: list[tuple[Pool, Pool]] = []
+        for old_id, view in views.items():
+            i = at.get(old_id)
+            if view is None or i is None or search_key(view) != keys[i]:
+                return False
+            if view is not shared[i]:
+                changed.append((shared[i], view))
+                shared[i] = view
+        if not changed:
+            self._take_shared(previous)
+            return True
+        self.shared = tuple(shared)
+        self.shared_keys = keys
+        pools = [pool for pair in changed for pool in pair]
+        self.shared_with_devices = (
+            tuple(p for p in self.shared if _gives_devices(p))
+            if any(_gives_devices(p) for p in pools)
+            else previous.shared_with_devices
+        )
+        self.shared_invalid = (
+            frozenset(p.id for p in self.shared if p.invalid)
+            if any(p.invalid for p in pools)
+            else previous.shared_invalid
+        )
+        moved = dict(at)
+        for old, new in changed:
+            moved[id(new)] = moved.pop(id(old))
+        self._shared_at = moved
+        return True
+
+    def shared_positions(self) -> dict[int, int]:
+        """id(shared marker) -> its place in `shared` (made on first need; the markers are held
+        by `shared`, so their ids stay theirs)."""
+        if self._shared_at is None:
+            self._shared_at = {id(p): i for i, p in enumerate(self.shared)}
+        return self._shared_at
 
     def _set_shared(self, shared: list[Pool]) -> None:
         self.shared = tuple(shared)
         self.shared_keys = tuple(search_key(p) for p in self.shared)
-        self.shared_with_devices = tuple(
-            p for p in self.shared if p.slices and not p.invalid and not p.incomplete
-        )
+        self.shared_with_devices = tuple(p for p in self.shared if _gives_devices(p))
         self.shared_invalid = frozenset(p.id for p in self.shared if p.invalid)
+        self._shared_at = None
 
     def pools_for(self, name: str, node: Node | None) -> NodePools:
         """The node's pools, exactly as upstream's per-node gather would list them."""
@@ -552,6 +652,11 @@ class PoolCatalog:
         """Pool builds done through this catalog so far (memo hits and other catalogs' do not
         count): counted as they happen, not summed over every pool."""
         return self._builds
+
+
+def _gives_devices(pool: Pool) -> bool:
+    """Whether a shared pool gives every node rows (`PoolCatalog.shared_with_devices`)."""
+    return bool(pool.slices) and not pool.invalid and not pool.incomplete
 
 
 def gather_pools(

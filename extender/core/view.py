@@ -127,12 +127,13 @@ class ClusterView:
         key = (index.generation, self.state.claims_generation, self.assumed.version)
         if key != self._allocated_key:
             touched = self._ledger.update(self.state, active)
-            collected = self._ledger.allocated()
-            self._allocated = AllocatedState(
-                devices=collected.devices,
-                shared_ids=collected.shared_ids,
-                aggregated_capacity=collected.aggregated_capacity,
-            )
+            if touched is None or touched or self._allocated_key is None:  # else as it was (a new index)
+                collected = self._ledger.allocated()
+                self._allocated = AllocatedState(
+                    devices=collected.devices,
+                    shared_ids=collected.shared_ids,
+                    aggregated_capacity=collected.aggregated_capacity,
+                )
             same_rows = self._allocated_key is not None and self._allocated_key[0] == index.generation
             # A generation whose rows are those `free` was made for but some nodes' (`patched`):
             # only those nodes' rows are read again, then the claim changes as below.

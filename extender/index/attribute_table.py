@@ -20,7 +20,7 @@ single scalar values of their declared kind (see `selector_groups`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,7 +35,7 @@ _LIST_KINDS = ("ints", "bools", "strings", "versions")
 _SCALAR_KINDS = ("int", "bool", "string", "version")
 
 Intern = Callable[[tuple[str, Any]], int]
-Entries = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (rows int64, codes int32)
+Entries = Mapping[str, tuple[np.ndarray, np.ndarray]]  # name -> (rows int64, codes int32)
 
 
 def value_code(value: Any, intern: Intern) -> int:
@@ -90,6 +90,20 @@ class AttributeTable:
         attributes, capacity, flags = _file(row_device, np.arange(len(row_device)), intern, known)
         return cls(len(row_device), attributes, capacity, flags)
 
+    @classmethod
+    def of_rows(
+        cls,
+        row_device: Sequence[Device],
+        rows: np.ndarray,
+        intern: Intern,
+        known: Mapping[tuple[str, Any], int],
+    ) -> AttributeTable:
+        """The table of just `rows`, numbered 0..len(rows)-1 in their order: what a carried
+        column or mask works out for the rows of rebuilt nodes (one pass over their devices,
+        then the same array operations as over a whole table)."""
+        attributes, capacity, flags = _file(row_device, rows, intern, known, local=True, lazy=True)
+        return cls(len(rows), attributes, capacity, flags)
+
     def carried(
         self,
         row_device: Sequence[Device],
@@ -138,9 +152,17 @@ class _Flags(NamedTuple):
 
 
 def _file(
-    row_device: Sequence[Device], rows: np.ndarray, intern: Intern, known: Mapping[tuple[str, Any], int]
+    row_device: Sequence[Device],
+    rows: np.ndarray,
+    intern: Intern,
+    known: Mapping[tuple[str, Any], int],
+    *,
+    local: bool = False,
+    lazy: bool = False,
 ) -> tuple[Entries, Entries, _Flags]:
-    """The entries and per-row flags of `rows`.
+    """The entries and per-row flags of `rows` (filed under their row numbers, or with `local`
+    under their positions in `rows`); with `lazy`, each name's arrays are made when read (a
+    table of a few rows is read for a few names of the dozens filed).
 
     This loop runs once per published value (millions at 5,000 nodes), so it is written for
     speed: value objects are mostly shared between devices (`extender.cluster.compact`), so each
@@ -158,7 +180,13 @@ def _file(
     everything = len(rows) == len(row_device) and (
         len(rows) == 0 or (rows[0] == 0 and rows[-1] == len(rows) - 1)
     )
-    pairs = enumerate(row_device) if everything else ((row, row_device[row]) for row in rows.tolist())
+    pairs: Iterable[tuple[int, Device]]
+    if everything:
+        pairs = enumerate(row_device)
+    elif local:
+        pairs = enumerate([row_device[row] for row in rows.tolist()])
+    else:
+        pairs = ((row, row_device[row]) for row in rows.tolist())
     for row, device in pairs:
         is_plain = True
         for name, raw in device.attributes.items():
@@ -191,6 +219,8 @@ def _file(
     flags = _Flags(
         np.array(plains, dtype=bool), np.array(drivers, dtype=np.int32), np.array(multiple, dtype=bool)
     )
+    if lazy:
+        return _LazyEntries(attributes), _LazyEntries(capacities), flags
     return _arrays(attributes), _arrays(capacities), flags
 
 
@@ -214,9 +244,28 @@ def _arrays(entries: dict[str, tuple[list[int], list[int]]]) -> Entries:
     }
 
 
+class _LazyEntries(Mapping[str, tuple[np.ndarray, np.ndarray]]):
+    """Entries kept as the lists they were filed in, made arrays when read."""
+
+    __slots__ = ("_lists",)
+
+    def __init__(self, lists: dict[str, tuple[list[int], list[int]]]) -> None:
+        self._lists = lists
+
+    def __getitem__(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        rows, codes = self._lists[name]
+        return np.array(rows, dtype=np.int64), np.array(codes, dtype=np.int32)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lists)
+
+    def __len__(self) -> int:
+        return len(self._lists)
+
+
 def _moved(entries: Entries, new_row: np.ndarray, added: Entries) -> Entries:
     """`entries` on the new rows (entries of rows that are gone dropped), plus `added`."""
-    out: Entries = {}
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for name, (rows, codes) in entries.items():
         moved = new_row[rows]
         keep = moved >= 0

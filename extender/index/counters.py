@@ -190,6 +190,61 @@ def _block_counters(block: _NodeBlock, features: Features) -> _BlockCounters:
     )
 
 
+def _reads_alike(old: _NodeBlock, new: _NodeBlock, features: Features) -> bool:
+    """Whether `_block_counters` reads the same of `new` as of `old` (a node block rebuilt for a
+    re-published slice mostly is): the same pools in the same order with the same flags and
+    counter sets (names in order, values equal), slices with the same flags and device counts,
+    and devices on the same block rows with equal consumption, binding conditions and
+    allowMultipleAllocations. Then `old`'s columns are `new`'s: every number in them is made from
+    these alone (counter ids from pool positions and set order, rows from block positions)."""
+    if len(old.devices) != len(new.devices) or len(old.pools) != len(new.pools):
+        return False
+    old_row = {id(device): row for row, device in enumerate(old.devices)}
+    new_row = {id(device): row for row, device in enumerate(new.devices)}
+    for a, b in zip(old.pools, new.pools, strict=True):
+        if (
+            a.id != b.id
+            or bool(a.slices) != bool(b.slices)
+            or a.incomplete != b.incomplete
+            or a.invalid != b.invalid
+            or a.has_binding_conditions != b.has_binding_conditions
+        ):
+            return False
+        if a.incomplete or a.invalid or not a.slices:
+            continue  # its counters and devices are never read
+        if list(a.counter_sets) != list(b.counter_sets):
+            return False
+        for name, counters in a.counter_sets.items():
+            other = b.counter_sets[name]
+            if counters is not other and (list(counters) != list(other) or counters != other):
+                return False
+        slices_a = (*a.slices, *a.slices_not_targeting_node)
+        slices_b = (*b.slices, *b.slices_not_targeting_node)
+        if len(slices_a) != len(slices_b):
+            return False
+        for x, y in zip(slices_a, slices_b, strict=True):
+            if (
+                len(x.devices) != len(y.devices)
+                or x.per_device_node_selection != y.per_device_node_selection
+                or x.skip_node_operations != y.skip_node_operations
+                or (features.compatibility_groups and slice_uses_groups(x) != slice_uses_groups(y))
+            ):
+                return False
+            for d, e in zip(x.devices, y.devices, strict=True):
+                if old_row.get(id(d), -1) != new_row.get(id(e), -1):
+                    return False
+                if d is not e and (
+                    (
+                        d.consumes_counters is not e.consumes_counters
+                        and d.consumes_counters != e.consumes_counters
+                    )
+                    or d.binding_conditions != e.binding_conditions
+                    or d.allow_multiple_allocations != e.allow_multiple_allocations
+                ):
+                    return False
+    return True
+
+
 class CounterColumns:
     """The counter columns of one DeviceIndex generation (see module docstring)."""
 
@@ -294,8 +349,11 @@ class CounterColumns:
         new_blocks: list[tuple[int, list[_NodeBlock]]] = []
         for position in rebuilt.tolist():
             block = index.blocks[index.node_names[position]]
-            part = _block_counters(block, index.features)
             old = parts[position]
+            before = previous._blocks[position]
+            part = (
+                old if _reads_alike(before, block, index.features) else _block_counters(block, index.features)
+            )
             if (
                 part.foreign
                 or len(part.capacity) != len(old.capacity)

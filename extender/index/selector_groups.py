@@ -15,14 +15,14 @@ under the device's driver (CEL then sees whichever comes later in the map).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from extender import cel
 from extender.allocator.model import Device
-from extender.index.attribute_table import LIST, MALFORMED, plain, value_code
+from extender.index.attribute_table import LIST, MALFORMED, AttributeTable, plain, value_code
 
 if TYPE_CHECKING:
     from extender.index.snapshot import DeviceIndex
@@ -39,23 +39,27 @@ def evaluate_rows(
     verdict_of: Callable[[Device], Verdict],
     match: np.ndarray,
     error: np.ndarray,
+    at: np.ndarray | None = None,
 ) -> None:
-    """Write `verdict_of`'s answer for every row of `rows` into `match` and `error`.
+    """Write `verdict_of`'s answer for every row of `rows` into `match` and `error`, at the rows
+    themselves or at `at` (aligned with `rows`).
 
     `verdict_of` evaluates `expressions` on one device; it runs once per group of rows whose
     devices read equal values, or once per device where grouping does not apply.
     """
     if len(rows) == 0:
         return
+    if at is None:
+        at = rows
     reads = cel.union_of_reads(expressions)
     if reads is None:
-        _one_by_one(index, rows, verdict_of, match, error)
+        _one_by_one(index, rows, verdict_of, match, error, at)
         return
     columns = [_plain_column(index, rows)]
     columns += [_read_column(index, read, rows) for read in sorted(reads)]
     keys = np.stack([column[rows] for column in columns])
     alone = (keys[0] == 0) | (keys[1:] == ALONE).any(axis=0)
-    _one_by_one(index, rows[alone], verdict_of, match, error)
+    _one_by_one(index, rows[alone], verdict_of, match, error, at[alone])
     grouped = rows[~alone]
     if len(grouped) == 0:
         return
@@ -64,8 +68,30 @@ def evaluate_rows(
     verdicts = [verdict_of(index.row_device[row]) for row in grouped[first].tolist()]
     selected = np.fromiter((v[0] for v in verdicts), dtype=bool, count=len(verdicts))
     failed = np.fromiter((v[1] for v in verdicts), dtype=bool, count=len(verdicts))
-    match[grouped] = selected[group]
-    error[grouped] = failed[group]
+    match[at[~alone]] = selected[group]
+    error[at[~alone]] = failed[group]
+
+
+def reads_unchanged(
+    index: DeviceIndex, rows: np.ndarray, expressions: tuple[str, ...], before: Mapping[str, np.ndarray]
+) -> bool:
+    """Whether every row of `rows` reads, for `expressions`, what the same row read in the
+    generation whose code columns are `before` (this one's rows are that one's but some nodes',
+    and `rows` are theirs): then each row's verdict is the one it had there. True only when it is
+    sure: the footprint is known, every row is plainly built and no read value is one the groups
+    cannot vouch for, and each column came out as that generation's very array
+    (`DeviceIndex.device_column` keeps it when the rows' codes are as before)."""
+    reads = cel.union_of_reads(expressions)
+    if reads is None:
+        return False
+    plain = _plain_column(index, rows)
+    if plain is not before.get("cel:plain") or not plain[rows].all():
+        return False
+    for read in sorted(reads):
+        column = _read_column(index, read, rows)
+        if column is not before.get(_column_name(read)) or (column[rows] == ALONE).any():
+            return False
+    return True
 
 
 def _one_by_one(
@@ -74,15 +100,16 @@ def _one_by_one(
     verdict_of: Callable[[Device], Verdict],
     match: np.ndarray,
     error: np.ndarray,
+    at: np.ndarray,
 ) -> None:
     verdicts: dict[int, Verdict] = {}
     row_device = index.row_device
-    for row in rows.tolist():
+    for row, where in zip(rows.tolist(), at.tolist(), strict=True):
         device = row_device[row]
         verdict = verdicts.get(id(device))
         if verdict is None:
             verdict = verdicts[id(device)] = verdict_of(device)
-        match[row], error[row] = verdict
+        match[where], error[where] = verdict
 
 
 def _group_ids(keys: np.ndarray) -> np.ndarray:
@@ -99,7 +126,8 @@ def _column_name(read: cel.Read) -> str:
     return "cel:" + "\0".join(read)
 
 
-Ways = tuple[Callable[[Device], int], Callable[[], np.ndarray]]
+#: Per device, and per attribute table (called without one: the index's whole table).
+Ways = tuple[Callable[[Device], int], Callable[..., np.ndarray]]
 
 
 def _read_column(index: DeviceIndex, read: cel.Read, rows: np.ndarray) -> np.ndarray:
@@ -115,16 +143,21 @@ def read_ways(index: DeviceIndex, read: cel.Read) -> Ways:
     if read == ("driver",):
         return (
             lambda device: index.intern(("driver", device.id.driver)),
-            lambda: index.attribute_table().driver.copy(),
+            lambda table=None: (table or index.attribute_table()).driver.copy(),
         )
     if read == ("allowMultipleAllocations",):
         return (
             lambda device: int(device.allow_multiple_allocations),
-            lambda: index.attribute_table().multiple.astype(np.int32),
+            lambda table=None: (table or index.attribute_table()).multiple.astype(np.int32),
         )
     kind, domain, name = read
     if "/" in domain:  # no published name splits into such a domain: CEL sees an empty map
-        return lambda device: -1, lambda: np.full(index.num_rows, -1, dtype=np.int32)
+        return (
+            lambda device: -1,
+            lambda table=None: np.full(
+                index.num_rows if table is None else table.num_rows, -1, dtype=np.int32
+            ),
+        )
     qualified = f"{domain}/{name}"
     bare = None if "/" in name else name  # a bare name never holds a slash (it would be qualified)
 
@@ -142,8 +175,8 @@ def read_ways(index: DeviceIndex, read: cel.Read) -> Ways:
         code = value_code(value, index.intern)
         return ALONE if code in (LIST, MALFORMED) else code
 
-    def whole() -> np.ndarray:
-        table = index.attribute_table()
+    def whole(table: AttributeTable | None = None) -> np.ndarray:
+        table = table or index.attribute_table()
         entries = table.attributes if kind == "attributes" else table.capacity
         codes = table.column(entries, qualified)
         if bare is not None:
@@ -163,5 +196,5 @@ def _plain_column(index: DeviceIndex, rows: np.ndarray) -> np.ndarray:
         "cel:plain",
         lambda device: int(plain(device)),
         rows,
-        whole=lambda: index.attribute_table().plain.astype(np.int32),
+        whole=lambda table: table.plain.astype(np.int32),
     )

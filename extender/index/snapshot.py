@@ -82,6 +82,20 @@ def patched_array(old: np.ndarray, writes: Sequence[tuple[int, int, Any]]) -> np
     return new
 
 
+def union_sorted(rows: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """The union of two ascending arrays of distinct rows, ascending: `rows` itself when it holds
+    `more` already. A merge (O(len(rows)) copy, no sort or hash): rows rebuilt over many
+    generations add up to thousands, and `np.union1d` hashed them all on every change."""
+    if len(more) == 0:
+        return rows
+    at = np.searchsorted(rows, more)
+    present = at < len(rows)
+    present[present] = rows[at[present]] == more[present]
+    if present.all():
+        return rows
+    return np.insert(rows, at[~present], more[~present])
+
+
 @dataclass(frozen=True, slots=True)
 class SelectorMask:
     """Which rows a (class, request selectors) pair selects; `error` rows raised in CEL."""
@@ -214,23 +228,59 @@ class _NodeBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class _RowMap:
+    """A generation's rows -> an earlier generation's rows: `gather[row]` (-1: a row that
+    generation did not have), or, with `gather` None, every row itself but the `missing` ones
+    (ascending): generations that only patched rows need no row-sized map (`carry_from`)."""
+
+    gather: np.ndarray | None
+    missing: np.ndarray
+    num_rows: int
+
+    def array(self) -> np.ndarray:
+        if self.gather is not None:
+            return self.gather
+        out = np.arange(self.num_rows, dtype=np.int64)
+        out[self.missing] = -1
+        return out
+
+    def then(self, step: _RowMap) -> _RowMap:
+        """This map (to an earlier generation) seen from a later generation `step` leads from."""
+        if step.gather is None and self.gather is None:
+            return _RowMap(None, union_sorted(self.missing, step.missing), step.num_rows)
+        older = self.array()
+        if step.gather is None:
+            out = older.copy()
+            out[step.missing] = -1
+        else:
+            out = np.where(step.gather >= 0, older[np.maximum(step.gather, 0)], -1)
+        return _RowMap(out, np.flatnonzero(out < 0), step.num_rows)
+
+
+@dataclass(frozen=True, slots=True)
 class _Carry:
     """The previous generation's derived arrays, and where its rows went (`carry_from`).
 
-    `gather[row]` is the previous generation's row for a row of a re-used block, -1 for a row of
-    a rebuilt block; `fresh` lists the latter (the only rows evaluated again).
+    `rows` maps each row to the previous generation's row for a row of a re-used block, -1 for a
+    row of a rebuilt block; `fresh` lists the latter (the only rows evaluated again).
     """
 
     masks: dict[MaskKey, SelectorMask]
     codes: dict[str, np.ndarray]
     class_exprs: dict[str, tuple[str, ...]]
-    gather: np.ndarray
+    rows: _RowMap
     fresh: np.ndarray
-    same_rows: bool  # gather is every row itself but `fresh`: a copy does it (`patched`)
+    same_rows: bool  # every row itself but `fresh`: a copy does it (`patched`)
+    #: The rows of `fresh` whose device may read differently from the previous generation's
+    #: device on that row (`_same_values`; all of `fresh` unless `same_rows`): a code column
+    #: works out only these again.
+    changed: np.ndarray
+    #: Code columns of the previous generation that held no UNCOMPUTED entry.
+    complete: frozenset[str]
     #: The newest attribute table built before this generation, and where its rows went (its
     #: generation may be older than the previous one: the table is built only when needed).
     table: AttributeTable | None
-    table_gather: np.ndarray | None
+    table_rows: _RowMap | None
     #: Masks and code columns of generations before the previous one that no generation since
     #: asked for, over the same rows but their `fresh` ones (only through patched generations,
     #: `_stale`): key -> (mask, fresh rows, the class's selectors it was made with) / (codes, fresh).
@@ -242,15 +292,24 @@ class _Carry:
         they were in `old` (same rows) or zero (the caller writes them either way)."""
         if self.same_rows:
             return old.copy()
-        out = np.zeros(len(self.gather), dtype=old.dtype)
-        kept = self.gather >= 0
-        out[kept] = old[self.gather[kept]]
+        gather = self.rows.array()
+        out = np.zeros(len(gather), dtype=old.dtype)
+        kept = gather >= 0
+        out[kept] = old[gather[kept]]
         return out
 
 
 def _node_block(
-    key: tuple[Any, ...], node: Obj, pools: list[Pool], features: Features, topology: TopologyModel
+    key: tuple[Any, ...],
+    node: Obj,
+    pools: list[Pool],
+    features: Features,
+    topology: TopologyModel,
+    before: _NodeBlock | None = None,
 ) -> _NodeBlock:
+    """The node's rows from its pools; `before` is the node's previous block, whose topology
+    coordinates (and link distances, for the same node object) are kept when every device reads
+    as the one it replaces (`_same_values`: coordinates are read from attributes and driver)."""
     devices: list[Device] = []
     special: list[bool] = []
     tainted: list[bool] = []
@@ -281,7 +340,17 @@ def _node_block(
                 tainted.append(
                     features.device_taints and any(t.effect in BLOCKING_EFFECTS for t in device.taints)
                 )
-    coords = topology.node_coords(devices)
+    if (
+        before is not None
+        and len(before.devices) == len(devices)
+        and all(_same_values(a, b) for a, b in zip(before.devices, devices, strict=True))
+    ):
+        coords = before.coords
+        same_names = all(a.name == b.name for a, b in zip(before.devices, devices, strict=True))
+        if before.key[0] == key[0] and same_names:  # the same node object and row names
+            return _NodeBlock(key, pools, devices, special, tainted, coords, before.links)
+    else:
+        coords = topology.node_coords(devices)
     links = topology.link_matrix(node, [d.name for d in devices]) if devices else None
     return _NodeBlock(key, pools, devices, special, tainted, coords, links)
 
@@ -424,7 +493,7 @@ class DeviceIndex:
         if replaced is not None and previous_catalog is not None and previous_catalog.features == features:
             catalog = PoolCatalog.replacing(previous_catalog, replaced)
         self.catalog = catalog if catalog is not None else PoolCatalog(slices, features, previous_catalog)
-        self.by_pool: dict[PoolID, list[Slice]] = self.catalog.by_pool
+        self.by_pool: Mapping[PoolID, list[Slice]] = self.catalog.by_pool
         reuse = previous_blocks or {}
         # Node -> its block and its pools; shared with the previous generation where it re-used
         # them (`OverlayDict`), so a one-node change copies neither dict.
@@ -448,6 +517,10 @@ class DeviceIndex:
         self._interned: dict[tuple[str, Any], int] = {}
         self._next_code: Iterator[int] = count()
         self._table: AttributeTable | None = None  # built on first need (`attribute_table`)
+        # id(rows) -> (rows, their table) for `rows_table` (the rows are held, so ids stay theirs).
+        self._rows_tables: dict[int, tuple[np.ndarray, AttributeTable]] = {}
+        # Names of code columns known to hold no UNCOMPUTED entry (`device_column`).
+        self._complete_columns: set[str] = set()
         # id(raw DeviceClass) -> (raw, parsed); lets the next build skip unchanged classes.
         self.parsed_classes: dict[int, tuple[Obj, DeviceClassSpec]] = {}
         # Per slice, the raw ResourceSlice it was parsed from: lets the next build skip unchanged
@@ -469,7 +542,7 @@ class DeviceIndex:
         key = (id(node), tuple(id(p) for p in with_devices))
         block = reuse.get(name)
         if block is None or block.key != key:
-            block = _node_block(key, node, with_devices, self.features, self.topology)
+            block = _node_block(key, node, with_devices, self.features, self.topology, block)
             self.rebuilt.append(name)
         invalid = any(p.invalid for p in pools.own) or any(
             i not in pools.hidden for i in self.catalog.shared_invalid
@@ -528,7 +601,7 @@ class DeviceIndex:
             touched.update(changed_nodes)
         else:
             touched.update(name for name, node in self.nodes.items() if old_nodes.get(name) is not node)
-        touched.intersection_update(self.nodes)
+        touched = {name for name in touched if name in self.nodes}  # a set op would walk every node
         if len(touched) * 4 > len(self.nodes):
             return None  # most nodes changed: the full pass is as cheap
         return touched
@@ -697,15 +770,21 @@ class DeviceIndex:
         A node block is re-used only while the node, its slices and their pools are unchanged, so
         its rows (same Device objects, same order) select alike under the same class selectors and
         have the same attribute values; only the rows of rebuilt nodes are evaluated again. The
-        copy is one gather over all rows (`_Carry.gather`), no Python per node or device. Only
+        copy is one gather over all rows (`_Carry.rows`), no Python per node or device. Only
         the previous generation's derived arrays are kept (not the previous index), so
         generations do not chain.
         """
         if self.patched is not None and self.patched[0] == previous.serial:
-            gather = np.arange(self.num_rows, dtype=np.int64)  # the same rows but the rebuilt nodes'
-            for position in self.patched[1].tolist():
-                gather[self.node_start[position] : self.node_start[position + 1]] = -1
-            self._carry_with(previous, gather, same_rows=True)
+            # The same rows but the rebuilt nodes': no row-sized map is made.
+            rebuilt = self.patched[1]
+            starts = self.node_start[rebuilt]
+            sizes = self.node_start[rebuilt + 1] - starts
+            first = np.zeros(len(sizes), dtype=np.int64)
+            np.cumsum(sizes[:-1], out=first[1:])
+            fresh = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(starts - first, sizes)
+            self._carry_with(
+                previous, _RowMap(None, fresh, self.num_rows), _changed_rows(previous, self, rebuilt)
+            )
             return
         previous_blocks = previous.blocks
         previous_pos = previous.node_pos
@@ -723,32 +802,28 @@ class DeviceIndex:
         carried = kept[self.row_node]
         offset = np.arange(self.num_rows, dtype=np.int64) - self.node_start[:-1][self.row_node]
         gather[carried] = old_first[self.row_node[carried]] + offset[carried]
-        self._carry_with(previous, gather, same_rows=False)
+        self._carry_with(previous, _RowMap(gather, np.flatnonzero(gather < 0), self.num_rows))
 
-    def _carry_with(self, previous: DeviceIndex, gather: np.ndarray, *, same_rows: bool) -> None:
-        """Keep `previous`'s masks and codes with the row map `gather` (see `carry_from`)."""
+    def _carry_with(self, previous: DeviceIndex, rows: _RowMap, changed: np.ndarray | None = None) -> None:
+        """Keep `previous`'s masks and codes with the row map `rows` (see `carry_from`)."""
         interned_limit = 4 * max(self.num_rows, previous.num_rows) + 4096
         codes: dict[str, np.ndarray] = {}
         table: AttributeTable | None = None
-        table_gather: np.ndarray | None = None
+        table_rows: _RowMap | None = None
+        same_rows = rows.gather is None
         if len(previous._interned) <= interned_limit:
             # Codes of values no longer present stay interned until the table outgrows the
             # rows; past that, a fresh table (and codes built from nothing) bounds it.
             self._interned = previous._interned
             self._next_code = previous._next_code
             codes = dict(previous._attribute_codes.items())
-            table, table_gather = previous._table, gather
-            if table is None and previous._carry is not None and previous._carry.table_gather is not None:
+            table, table_rows = previous._table, rows
+            if table is None and previous._carry is not None and previous._carry.table_rows is not None:
                 # The previous generation did not need its table: carry the one before through
                 # both row maps (a row new in either generation is filed again).
-                older = previous._carry.table_gather
                 table = previous._carry.table
-                if same_rows:  # `gather` is each row itself but the fresh ones: no gather needed
-                    table_gather = older.copy()
-                    table_gather[gather < 0] = -1
-                else:
-                    table_gather = np.where(gather >= 0, older[np.maximum(gather, 0)], -1)
-        fresh = np.flatnonzero(gather < 0)
+                table_rows = previous._carry.table_rows.then(rows)
+        fresh = rows.missing
         shared = self._interned is previous._interned
         stale_masks, stale_codes = _stale(previous, fresh, same_rows=same_rows, codes=shared)
         self._carry = _Carry(
@@ -757,11 +832,13 @@ class DeviceIndex:
             class_exprs={
                 name: tuple(s.expression or "" for s in c.selectors) for name, c in previous.classes.items()
             },
-            gather=gather,
+            rows=rows,
             fresh=fresh,
             same_rows=same_rows,
+            changed=fresh if changed is None else changed,
+            complete=frozenset(previous._complete_columns),
             table=table,
-            table_gather=table_gather if table is not None else None,
+            table_rows=table_rows if table is not None else None,
             stale_masks=stale_masks,
             stale_codes=stale_codes,
         )
@@ -785,29 +862,70 @@ class DeviceIndex:
         old = carry.masks.get(key) if carry is not None else None
         stale = carry.stale_masks.get(key) if carry is not None and old is None else None
         if carry is not None and old is not None and carry.class_exprs.get(class_name) == class_exprs:
-            match, error = carry.take(old.match), carry.take(old.error)
-            rows = carry.fresh
+            if carry.same_rows and selector_groups.reads_unchanged(
+                self, carry.fresh, (*class_exprs, *selectors), carry.codes
+            ):
+                result = old  # the rebuilt rows read what they read there: they select alike
+            elif carry.same_rows:
+                result = self._patched_mask(old, carry.fresh, class_name, class_exprs, selectors)
+            else:
+                match, error = carry.take(old.match), carry.take(old.error)
+                self._select(class_name, class_exprs, selectors, carry.fresh, match, error, carry.fresh)
+                result = SelectorMask(match=match, error=error)
         elif stale is not None and stale[2] == class_exprs:  # same rows but `fresh`
-            match, error = stale[0].match.copy(), stale[0].error.copy()
-            rows = stale[1]
+            result = self._patched_mask(stale[0], stale[1], class_name, class_exprs, selectors)
         else:  # a new selector, or the class's selectors changed: evaluate everything
             match = np.zeros(self.num_rows, dtype=bool)
             error = np.zeros(self.num_rows, dtype=bool)
             rows = np.arange(self.num_rows)
-        match[rows] = False
-        error[rows] = False
+            self._select(class_name, class_exprs, selectors, rows, match, error, rows)
+            result = SelectorMask(match=match, error=error)
+        self._masks.put(key, result, _mask_size(key, result))
+        return result
+
+    def _patched_mask(
+        self,
+        old: SelectorMask,
+        rows: np.ndarray,
+        class_name: str,
+        class_exprs: tuple[str, ...],
+        selectors: tuple[str, ...],
+    ) -> SelectorMask:
+        """`old` (over this generation's rows) with `rows` evaluated again: `old` itself when they
+        select as before (a change that keeps what the node's devices read copies nothing)."""
+        match = np.zeros(len(rows), dtype=bool)
+        error = np.zeros(len(rows), dtype=bool)
+        self._select(class_name, class_exprs, selectors, rows, match, error, np.arange(len(rows)))
+        if np.array_equal(old.match[rows], match) and np.array_equal(old.error[rows], error):
+            return old
+        new_match, new_error = old.match.copy(), old.error.copy()
+        new_match[rows], new_error[rows] = match, error
+        return SelectorMask(match=new_match, error=new_error)
+
+    def _select(
+        self,
+        class_name: str,
+        class_exprs: tuple[str, ...],
+        selectors: tuple[str, ...],
+        rows: np.ndarray,
+        match: np.ndarray,
+        error: np.ndarray,
+        at: np.ndarray,
+    ) -> None:
+        """Write the class's then the request's selection of each row of `rows` into `match` and
+        `error` at `at` (aligned with `rows`)."""
+        match[at] = False
+        error[at] = False
         expressions = (*class_exprs, *selectors)
         if class_exprs and selectors:
             by_class = self.mask(class_name, ())
-            error[rows] = by_class.error[rows]
-            rows = rows[by_class.match[rows]]
+            error[at] = by_class.error[rows]
+            chosen = by_class.match[rows]
+            rows, at = rows[chosen], at[chosen]
             expressions = selectors
         selector_groups.evaluate_rows(
-            self, rows, expressions, functools.partial(self._evaluate, expressions), match, error
+            self, rows, expressions, functools.partial(self._evaluate, expressions), match, error, at
         )
-        result = SelectorMask(match=match, error=error)
-        self._masks.put(key, result, _mask_size(key, result))
-        return result
 
     def attribute_codes(self, name: str) -> np.ndarray:
         """Per row, an interned code of the device's attribute `name` (cached per generation).
@@ -824,8 +942,8 @@ class DeviceIndex:
             code = value_code(lookup_attribute(device, name), self.intern)
             return -1 if code == MALFORMED else code
 
-        def whole() -> np.ndarray:
-            table = self.attribute_table()
+        def whole(table: AttributeTable | None = None) -> np.ndarray:
+            table = table or self.attribute_table()
             codes = table.column(table.attributes, name)
             domain, sep, ident = name.partition("/")
             if sep:
@@ -843,10 +961,11 @@ class DeviceIndex:
         table = self._table
         if table is None:
             carry = self._carry
-            if carry is not None and carry.table is not None and carry.table_gather is not None:
-                gather = carry.table_gather  # to the table's rows, maybe over generations
-                fresh = np.flatnonzero(gather < 0)
-                table = carry.table.carried(self.row_device, gather, fresh, self.intern, self._interned)
+            if carry is not None and carry.table is not None and carry.table_rows is not None:
+                rows = carry.table_rows  # to the table's rows, maybe over generations
+                table = carry.table.carried(
+                    self.row_device, rows.array(), rows.missing, self.intern, self._interned
+                )
             else:
                 table = AttributeTable.build(self.row_device, self.intern, self._interned)
             self._table = table
@@ -859,49 +978,90 @@ class DeviceIndex:
             code = self._interned.setdefault(typed, next(self._next_code))
         return code
 
+    def rows_table(self, rows: np.ndarray) -> AttributeTable:
+        """The attribute table of just `rows` (`AttributeTable.of_rows`), filed once per
+        generation for the rows carried columns and masks work out again (the rebuilt nodes')."""
+        found = self._rows_tables.get(id(rows))
+        if found is None or found[0] is not rows:  # the rows are held: their id is their own
+            table = AttributeTable.of_rows(self.row_device, rows, self.intern, self._interned)
+            found = self._rows_tables[id(rows)] = (rows, table)
+        return found[1]
+
     def device_column(
         self,
         name: str,
         code_of: Callable[[Device], int],
         rows: np.ndarray | None = None,
         *,
-        whole: Callable[[], np.ndarray] | None = None,
+        whole: Callable[[AttributeTable], np.ndarray] | None = None,
     ) -> np.ndarray:
         """Per row, `code_of(device)` as int32 (cached per generation under `name`).
 
-        `whole`, when given, computes the same for every row at once (from `attribute_table`);
-        it is used when nothing can be carried from the previous generation. Otherwise, with
-        `rows`, only those rows are sure to be computed (others may read `UNCOMPUTED`).
-        `code_of` is a pure function of the device. Rows of nodes unchanged since the previous
-        generation are copied from its column (the intern table is shared, so a carried code
-        means the same value); the rebuilt nodes' rows are computed when asked for.
+        `whole`, when given, computes the same for every row of an attribute table at once
+        (array operations): over `attribute_table` when nothing can be carried from the previous
+        generation, over `rows_table` of the rebuilt nodes' rows when the column is carried.
+        Otherwise, with `rows`, only those rows are sure to be computed (others may read
+        `UNCOMPUTED`). `code_of` is a pure function of the device. Rows of nodes unchanged since
+        the previous generation are the previous column's (the intern table is shared, so a
+        carried code means the same value); when the rows are the previous generation's but
+        the rebuilt nodes' and theirs keep their codes, the column is the previous one itself.
         """
         codes = self._attribute_codes.get(name)
+        complete = self._complete_columns
         if codes is None:
+            complete.discard(name)
             carry = self._carry
             old = carry.codes.get(name) if carry is not None else None
             stale = carry.stale_codes.get(name) if carry is not None and old is None else None
-            if carry is not None and old is not None:
+            if carry is not None and old is not None and carry.same_rows:
+                codes = self._patched_column(old, carry.changed, code_of, whole)
+                if name in carry.complete:
+                    complete.add(name)
+            elif carry is not None and old is not None:
                 codes = carry.take(old)
                 codes[carry.fresh] = UNCOMPUTED
             elif stale is not None:  # same rows but `fresh`, codes of the same intern table
-                codes = stale[0].copy()
-                codes[stale[1]] = UNCOMPUTED
+                codes = self._patched_column(stale[0], stale[1], code_of, whole)
             elif whole is not None:
-                codes = whole()
+                codes = whole(self.attribute_table())
+                complete.add(name)
             else:
                 codes = np.full(self.num_rows, UNCOMPUTED, dtype=np.int32)
             self._attribute_codes.put(name, codes, codes.nbytes + len(name) + _ENTRY_OVERHEAD)
-        wanted = np.arange(self.num_rows) if rows is None else rows
-        todo = wanted[codes[wanted] == UNCOMPUTED]
+        if rows is None and name in complete:
+            return codes  # no row-sized scan for entries still to compute
+        todo = np.flatnonzero(codes == UNCOMPUTED) if rows is None else rows[codes[rows] == UNCOMPUTED]
         if len(todo):
             # Only UNCOMPUTED entries are written, each with its one value: a reader on another
-            # thread sees either that or the value, and computes the former itself.
-            row_device = self.row_device
-            codes[todo] = np.fromiter(
-                (code_of(row_device[row]) for row in todo.tolist()), dtype=np.int32, count=len(todo)
-            )
+            # thread (or of another generation sharing the column) sees either that or the value.
+            codes[todo] = self._codes_of(todo, code_of)
+        if rows is None:
+            complete.add(name)
         return codes
+
+    def _patched_column(
+        self,
+        old: np.ndarray,
+        rows: np.ndarray,
+        code_of: Callable[[Device], int],
+        whole: Callable[[AttributeTable], np.ndarray] | None,
+    ) -> np.ndarray:
+        """`old` (over this generation's rows) with `rows` worked out again: `old` itself when
+        their codes are as before. Its other rows may be `UNCOMPUTED`: filled in place later with
+        the same value for either generation (the same devices)."""
+        if not len(rows):
+            return old
+        values = whole(self.rows_table(rows)) if whole is not None else self._codes_of(rows, code_of)
+        if np.array_equal(old[rows], values):
+            return old
+        codes = old.copy()
+        codes[rows] = values
+        return codes
+
+    def _codes_of(self, rows: np.ndarray, code_of: Callable[[Device], int]) -> np.ndarray:
+        row_device = self.row_device
+        codes = (code_of(row_device[row]) for row in rows.tolist())
+        return np.fromiter(codes, dtype=np.int32, count=len(rows))
 
     def _evaluate(self, expressions: tuple[str, ...], device: Device) -> tuple[bool, bool]:
         """(selected, failed) of one device: every expression in turn, stopping at the first no."""
@@ -942,7 +1102,7 @@ def _stale(
     def since(rows: np.ndarray) -> np.ndarray:
         found = unions.get(id(rows))
         if found is None:
-            found = unions[id(rows)] = np.union1d(rows, fresh)
+            found = unions[id(rows)] = union_sorted(rows, fresh)
         return found
 
     asked = previous._masks
@@ -968,6 +1128,42 @@ def _stale(
             if name not in made and name not in older.codes and room(1, column.nbytes, len(columns)):
                 columns[name] = (column, since(rows))
     return masks, columns
+
+
+def _same_values(old: Device, new: Device) -> bool:
+    """Whether every code column reads the same of `new` as of `old` (`device_column`: the
+    columns read the driver, allowMultipleAllocations, the attributes and the capacity): the
+    same driver and flag, the same parsed capacity map (or none), and the same attribute values (the
+    very objects: stored slices share equal values, and identity is exact where equality is not,
+    `{"int": 1} == {"int": 1.0}`) under the same names in the same order."""
+    if old is new:
+        return True
+    if (
+        old.id.driver != new.id.driver
+        or old.allow_multiple_allocations != new.allow_multiple_allocations
+        or (old.capacity is not new.capacity and (old.capacity or new.capacity))
+    ):
+        return False
+    before, after = old.attributes, new.attributes
+    if before is after:
+        return True
+    return len(before) == len(after) and all(
+        a == b and x is y for (a, x), (b, y) in zip(before.items(), after.items(), strict=True)
+    )
+
+
+def _changed_rows(previous: DeviceIndex, index: DeviceIndex, rebuilt: np.ndarray) -> np.ndarray:
+    """The rows of the rebuilt nodes (`rebuilt`, ascending; the rows are `previous`'s but
+    theirs) whose device may read differently from `previous`'s device on that row."""
+    changed: list[int] = []
+    starts = index.node_start
+    for position in rebuilt.tolist():
+        start, stop = int(starts[position]), int(starts[position + 1])
+        olds, news = previous.row_device[start:stop], index.row_device[start:stop]
+        changed.extend(
+            row for row, a, b in zip(range(start, stop), olds, news, strict=True) if not _same_values(a, b)
+        )
+    return np.asarray(changed, dtype=np.int64)
 
 
 def build_index(

@@ -224,11 +224,21 @@ class TopologyModel:
                 owners.setdefault(own, row)
         if not owners:
             return coords
+        targets: list[int] = []
+        sources: list[int] = []
         for row, device in enumerate(devices):
             parent = self.parent_of(device)
             source = owners.get(parent) if parent is not None else None
-            if source is None or source == row:
-                continue
+            if source is not None and source != row:
+                targets.append(row)
+                sources.append(source)
+        if not targets:
+            return coords
+        if set(targets).isdisjoint(sources):  # no parent completed itself first: one array step
+            rows, parents = np.array(targets), np.array(sources)
+            coords[rows] = np.where(coords[rows] == NO_COORD, coords[parents], coords[rows])
+            return coords
+        for row, source in zip(targets, sources, strict=True):  # in device order, as listed
             missing = coords[row] == NO_COORD
             coords[row, missing] = coords[source, missing]
         return coords

@@ -38,6 +38,8 @@ LOSSY_137 = {
     # guards against); the JSON holds request and default 1, where the table's answer is for 1e21.
     "consumable-capacity-requests-are-not-modified": "quantities mutated before they were dumped",
 }
+
+
 def _cases(paths: list[Path]) -> list[Any]:
     out = []
     for path in paths:

@@ -64,6 +64,24 @@ def test_free_rows_follow_allocated_claims_by_diff() -> None:
     assert _free_names(view) == {"a/gpu-0", "a/gpu-1"}
 
 
+def test_a_device_change_keeps_the_held_devices_and_a_claim_change_renews_them() -> None:
+    """A new index generation with no claim or assumed change re-reads nothing held: the held
+    devices are the same object (equal content); a claim change after it gives new ones."""
+    view = _view([c.node("a"), *c.gpus("a", 3), c.gpu_class(), c.held("h", "a", ["gpu-0"])])
+    allocated, _ = view.allocated_state()
+    view.state.upsert(c.node("b"))
+    for obj in c.gpus("b", 2):
+        view.state.upsert(obj)
+    after, _ = view.allocated_state()
+    assert after is allocated and _free_names(view) == {"a/gpu-1", "a/gpu-2", "b/gpu-0", "b/gpu-1"}
+    view.state.upsert(c.held("h2", "b", ["gpu-1"]))
+    renewed, _ = view.allocated_state()
+    assert renewed is not allocated and {(d.pool, d.device) for d in renewed.devices} == {
+        ("a", "gpu-0"),
+        ("b", "gpu-1"),
+    }
+
+
 def test_assumed_allocations_hold_devices_until_forgotten() -> None:
     assumed = AssumeCache(clock=lambda: 0.0)
     view = _view([c.node("a"), *c.gpus("a", 2), c.gpu_class(), c.claim("mine", 1)], assumed)

@@ -232,9 +232,11 @@ async def _exercise_everything(api: FakeApiServer) -> list[RequestLogEntry]:
         # Its devices count as held until the watch sees the deletion, as kube-scheduler's cache
         # does; the scheduler retries after a backoff, so wait for the watch, not a fixed time.
         await until(
-            lambda: not any(
-                c["metadata"]["name"].startswith("render-extended-resources-")
-                for c in placement.state.list("ResourceClaim")
+            lambda: (
+                not any(
+                    c["metadata"]["name"].startswith("render-extended-resources-")
+                    for c in placement.state.list("ResourceClaim")
+                )
             ),
             what="the watch to see the undone claim deleted",
         )

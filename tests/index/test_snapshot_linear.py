@@ -11,6 +11,7 @@ import copy
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from extender.allocator.features import Features
@@ -255,9 +256,38 @@ def test_incremental_rebuilds_equal_a_fresh_build(seed: int) -> None:
         fresh = build_index(state, GATES_ON)
         assert [d.id for d in index.row_device] == [d.id for d in fresh.row_device]
         assert (index.node_start == fresh.node_start).all()
+        _assert_same_catalog(index.catalog, fresh.catalog)
+        for name in index.rebuilt:  # coordinates kept from the block before equal a recompute
+            block = index.blocks[name]
+            assert np.array_equal(block.coords, index.topology.node_coords(block.devices)), name
+            links = index.topology.link_matrix(index.nodes[name], [d.name for d in block.devices])
+            assert (links is None) == (block.links is None)
+            assert links is None or np.array_equal(links, block.links, equal_nan=True)
         # A block is re-used only when its node and the pools giving it devices are the same.
         for name in set(index.node_names) - set(index.rebuilt):
             assert index.blocks[name] is previous.blocks[name]
+
+
+def _assert_same_catalog(ours: PoolCatalog, fresh: PoolCatalog) -> None:
+    """A catalog carried through changes (`PoolCatalog.replacing`, its shared `Replaced` maps and
+    markers replaced in place) lists what one built from the same slices lists."""
+
+    def slices(catalog: PoolCatalog) -> dict[object, list[tuple[str, str]]]:
+        return {
+            pool: [(s.name, s.pool_id.pool) for s in members] for pool, members in catalog.by_pool.items()
+        }
+
+    assert slices(ours) == slices(fresh)
+    assert ours.facts.keys() == fresh.facts.keys() and len(ours.facts) == len(fresh.facts)
+    assert {n: [f.id for f in fs] for n, fs in ours.named.items()} == {
+        n: [f.id for f in fs] for n, fs in fresh.named.items()
+    }
+    assert [f.id for f in ours.selected] == [f.id for f in fresh.selected]
+    assert [p.id for p in ours.shared] == [p.id for p in fresh.shared]
+    assert ours.shared_keys == fresh.shared_keys
+    assert [p.id for p in ours.shared_with_devices] == [p.id for p in fresh.shared_with_devices]
+    assert ours.shared_invalid == fresh.shared_invalid
+    assert ours.shared_positions() == {id(p): i for i, p in enumerate(ours.shared)}
 
 
 # ----------------------------------------------------------------- block reuse and linearity
