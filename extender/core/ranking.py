@@ -256,11 +256,16 @@ class Ranker:
             )
 
         kept = self._kept(evaluation, index, free, "first_fit_terms_free")
-        scored, partition, parts, preference = kept.get(positions, run)
-        width = max(int((scored >= 0).sum(axis=1).max()), 1)
+        partition_row, parts, preference = kept.get(positions, run)
+        partition = partition_row >= 0
+        width = max(int((chosen >= 0).sum(axis=1).max()), 1)
+        scored = chosen[:, :width]
+        if partition.any():
+            scored = scored.copy()
+            scored[partition, 0] = partition_row[partition]
         final = scoring.combine(parts, preference, self.topology)
         methods = np.where(partition, PARTITION, FIRST_FIT).astype(object)
-        evaluation.scores.add(mine, final, parts, preference, scored[:, :width], methods)
+        evaluation.scores.add(mine, final, parts, preference, scored, methods)
         return list(filterfalse(set(mine).__contains__, names))
 
     def _first_fit_terms(
@@ -272,9 +277,9 @@ class Ranker:
         slots: np.ndarray,
         free: np.ndarray,
         relevant: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per node: the set scored (first-fit's, or for a one-device pod the better partition),
-        whether it is that partition, the score terms (`scoring.partition_parts`' five) and the
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per node: the better partition a one-device pod takes instead of first-fit's device
+        (its row, else -1), the terms of the set scored (`scoring.partition_parts`' five) and the
         prioritized-list preference of first-fit's slots (`firstfit.preference`)."""
         plan = evaluation.first_fit
         assert plan is not None
@@ -303,7 +308,7 @@ class Ranker:
                     index, positions[members], trimmed[members], free, terms
                 )
             self.meter.add(started)
-        return chosen, partition, parts, firstfit.preference(plan, slots)
+        return np.where(partition, trimmed[:, 0], -1), parts, firstfit.preference(plan, slots)
 
 
 def _relevant(evaluation: PodEvaluation, index: DeviceIndex, shape: shapes.ShapeData) -> np.ndarray:

@@ -254,9 +254,11 @@ def _first_fit(
 
     def run(todo: np.ndarray) -> tuple[np.ndarray, ...]:
         result = firstfit.run(plan, index, free, todo)
-        return result.status, result.chosen, result.chosen_slot
+        # Kept as int32 (rows and slots fit): 32 devices per claim, thousands of nodes, per shape.
+        return result.status, result.chosen.astype(np.int32), result.chosen_slot.astype(np.int32)
 
-    return freekeyed.kept(shape, "first_fit_free", index, free).get(positions, run)
+    status, chosen, chosen_slot = freekeyed.kept(shape, "first_fit_free", index, free).get(positions, run)
+    return status, chosen.astype(np.int64), chosen_slot.astype(np.int64)
 
 
 def _first_fit_plan(
