@@ -82,14 +82,15 @@ class Compactor:
         # can at worst leave one slice uncompacted.
         self._loaded: set[int] = set()
 
-    def compact(self, obj: Obj, kind: Any = None) -> None:
+    def compact(self, obj: Obj, kind: Any = None, previous: Obj | None = None) -> None:
         """Share the repeated parts of one stored object, in place: `compact_slice` for a
         ResourceSlice, `compact_sections` for a pod, claim or node; other kinds are left as
-        they are. `kind`: the object's, when it does not say (a list item)."""
+        they are. `kind`: the object's, when it does not say (a list item). `previous`: the
+        stored version the object replaces, if any (`compact_slice`)."""
         if kind is None:
             kind = obj.get("kind")
         if kind == "ResourceSlice":
-            self.compact_slice(obj)
+            self.compact_slice(obj, previous)
             metadata = obj.get("metadata")
             if type(metadata) is dict:  # the spec is compacted by `compact_slice`
                 self._share_fields(metadata, set())
@@ -97,19 +98,19 @@ class Compactor:
         elif kind in _SECTIONED:
             self.compact_sections(obj, _SECTIONED[kind])
 
-    def compact_loaded(self, obj: Obj, kind: Any = None) -> None:
+    def compact_loaded(self, obj: Obj, kind: Any = None, previous: Obj | None = None) -> None:
         """`compact`, remembering that `obj` is done (for `compact_once`)."""
-        self.compact(obj, kind)
+        self.compact(obj, kind, previous)
         if len(self._loaded) >= LOADED_LIMIT:
             self._loaded.clear()
         self._loaded.add(id(obj))
 
-    def compact_once(self, obj: Obj) -> None:
+    def compact_once(self, obj: Obj, previous: Obj | None = None) -> None:
         """`compact`, unless the loader has just done it (`compact_loaded`)."""
         try:
             self._loaded.remove(id(obj))
         except KeyError:
-            self.compact(obj)
+            self.compact(obj, previous=previous)
         else:
             if not self._loaded:  # a set keeps its table when emptied (2 MiB at 5,000 nodes)
                 self._loaded = set()
@@ -160,11 +161,17 @@ class Compactor:
                     used.add(id(shared))
                     part[field] = shared
 
-    def compact_slice(self, obj: Obj) -> None:
+    def compact_slice(self, obj: Obj, previous: Obj | None = None) -> None:
         """Share the repeated attribute values, capacity maps and counter consumptions of one
         ResourceSlice's devices, and the counters of its counter sets, in place; each device
         map becomes key-sharing (`keyshared`). Objects the validator would refuse are not
-        expected, but nothing here relies on their shape: anything unusual is left as it is."""
+        expected, but nothing here relies on their shape: anything unusual is left as it is.
+
+        With `previous`, the stored slice this one replaces: a device's value equal to the one
+        its namesake there holds is that very object. The tables here are emptied when full
+        (each device's own UUID fills them), and the device index re-reads a republished device
+        only where its values are not the objects it read before (issue 21: a slice change
+        costs what changed)."""
         spec = obj.get("spec")
         if not isinstance(spec, dict):
             return
@@ -176,20 +183,24 @@ class Compactor:
         devices = spec.get("devices")
         if not isinstance(devices, list):
             return
+        before = _devices_by_name(previous)
         for position, device in enumerate(devices):
             if type(device) is dict:
-                devices[position] = self._device(device)
+                devices[position] = self._device(device, before.get(device.get("name")))
 
-    def _device(self, device: dict[str, Any]) -> dict[str, Any]:
+    def _device(self, device: dict[str, Any], before: Any = None) -> dict[str, Any]:
         """A key-sharing copy of one device map (`keyshared`) with its name interned ("gpu-0" on
-        every node), its attribute values, capacity and counter consumption shared."""
+        every node), its attribute values, capacity and counter consumption shared (those equal
+        to `before`'s, the device's stored version, are its objects)."""
         holder = self._holder(tuple(device))
         compacted: dict[str, Any] = {} if holder is None else holder().__dict__
+        before = before if type(before) is dict else {}
         for field, value in device.items():
             if field == "attributes" and type(value) is dict:
-                value = self._attributes(value)
+                value = self._attributes(value, before.get(field))
             elif field in _SHAPED_FIELDS and value:
-                value = self._shape(value)
+                kept = before.get(field)
+                value = kept if kept is not None and _same_json(kept, value) else self._shape(value)
             elif field == "name" and type(value) is str:
                 value = sys.intern(value)
             compacted[field] = value
@@ -222,19 +233,29 @@ class Compactor:
             holder = self._classes[keys] = type("KeySharing", (), {})
         return holder  # the instance goes, its dict stays split
 
-    def _attributes(self, attributes: dict[str, Any]) -> dict[str, Any]:
+    def _attributes(self, attributes: dict[str, Any], before: Any = None) -> dict[str, Any]:
         """The map with each `{kind: scalar}` value swapped for the shared one (a first value is
         made key-sharing, `keyshared`: most are a device's own UUID or PCI address). It is a new,
         key-sharing map (`keyshared`): 176 bytes instead of the parser's 632 for 13 attributes."""
         by_kind = self._values
         holder = self._holder(tuple(attributes))
         compacted: dict[str, Any] = {} if holder is None else holder().__dict__
+        before = before if type(before) is dict else {}
         for attribute, value in attributes.items():
             compacted[attribute] = value
             if value.__class__ is not dict or len(value) != 1:
                 continue  # not an attribute value (the validator refuses it) or a list kind
             ((kind, scalar),) = value.items()
             scalar_type = scalar.__class__
+            kept = before.get(attribute)
+            if (
+                kept.__class__ is dict
+                and len(kept) == 1
+                and scalar_type in _SCALARS
+                and _same_scalar(kept, kind, scalar)
+            ):
+                compacted[attribute] = kept  # the stored device's own object
+                continue
             if scalar_type is str:  # most values; a string never equals an int or a bool
                 key: Any = scalar
             elif scalar_type is int or scalar_type is bool:
@@ -267,6 +288,35 @@ class Compactor:
                 self._shapes.clear()
             shared = self._shapes[key] = value
         return shared
+
+
+#: The attribute value types a stored device's value object is re-used for (list kinds are not:
+#: `[1] == [True]` in Python).
+_SCALARS = (str, int, bool)
+
+
+def _devices_by_name(slice_: Obj | None) -> dict[Any, Any]:
+    """A stored slice's device maps by name ({} when there is none, or it is odd)."""
+    spec = slice_.get("spec") if isinstance(slice_, dict) else None
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    if type(devices) is not list:
+        return {}
+    return {d.get("name"): d for d in devices if type(d) is dict}
+
+
+def _same_scalar(kept: dict[str, Any], kind: str, scalar: Any) -> bool:
+    """Whether `{kind: scalar}` is the value `kept` holds, type included (`{"int": 1}` equals
+    `{"int": True}` in Python, not in JSON)."""
+    ((kept_kind, kept_scalar),) = kept.items()
+    return kept_kind == kind and kept_scalar.__class__ is scalar.__class__ and kept_scalar == scalar
+
+
+def _same_json(kept: Any, value: Any) -> bool:
+    """Whether two parts of a device are the same JSON (types included, as `_shape` keys them)."""
+    try:
+        return orjson.dumps(kept) == orjson.dumps(value)
+    except TypeError:
+        return False
 
 
 #: The process's compactor: the file loader and every `ClusterState` share it, so objects the

@@ -164,9 +164,9 @@ class ClusterState:
         (its repeated parts are swapped for shared equal ones first: `extender.cluster.compact`),
         and must not be written into afterwards."""
         kind = obj["kind"]
-        self._compactor.compact_once(obj)
         key = object_key(obj)
         objects = self._objects[kind]
+        self._compactor.compact_once(obj, objects.get(key))
         op = UPDATED if key in objects else ADDED
         objects[key] = obj
         self._rejected[kind].pop(key, None)

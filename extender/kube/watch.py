@@ -373,7 +373,10 @@ class KubeSource:
         it found plain by identity (`extender.validation`), which then covers the thousands of
         devices sharing one; the state does not walk the object again (`ClusterState.upsert`).
         """
-        SHARED.compact_loaded(obj, watch.spec.kind)
+        # The stored version it replaces seeds it (read from this thread: a dict read, and only
+        # values equal to what is read are re-used, so any version read is as good).
+        previous = self._state.get(watch.spec.kind, key[1], key[0])
+        SHARED.compact_loaded(obj, watch.spec.kind, previous)
         try:
             validate(obj)
         except InvalidObject as exc:

@@ -104,6 +104,43 @@ def test_tables_are_bounded(monkeypatch: Any) -> None:
         assert all(len(values) <= 8 for values in compactor._values.values())
 
 
+def test_a_republished_slice_keeps_the_stored_devices_equal_values(monkeypatch: Any) -> None:
+    """A slice replacing a stored one holds the stored device's very objects where its values
+    are equal (the device index re-reads a republished device only where they are not), even
+    after the tables were emptied; a changed value, and `{"int": True}` for `{"int": 1}`, are not."""
+    monkeypatch.setattr(compact, "VALUE_LIMIT", 4)  # the tables empty all the time
+    state = ClusterState()
+    state.upsert(_slice("n1", "GPU-1"))
+    stored = _device(state.get("ResourceSlice", "n1"))
+    for i in range(20):  # other slices push the first one's values out of the tables
+        state.upsert(_slice(f"other-{i}", f"GPU-other-{i}"))
+    again = _slice("n1", "GPU-1", memory="40Gi")
+    attributes = again["spec"]["devices"][0]["attributes"]
+    attributes["index"] = {"int": 3}  # changed values
+    attributes["mig"] = {"bool": False}
+    content = copy.deepcopy(again)
+    state.upsert(again)
+    new = _device(state.get("ResourceSlice", "n1"))
+    assert state.get("ResourceSlice", "n1") == content
+    for name in ("productName", "uuid", "driverVersion"):
+        assert new["attributes"][name] is stored["attributes"][name], name
+    for name in ("index", "mig"):
+        assert new["attributes"][name] is not stored["attributes"][name], name
+    assert new["capacity"] is not stored["capacity"] and new["capacity"] == {"memory": {"value": "40Gi"}}
+    twin = copy.deepcopy(content)
+    state.upsert(twin)
+    assert _device(state.get("ResourceSlice", "n1"))["capacity"] is new["capacity"]
+    assert _device(state.get("ResourceSlice", "n1"))["consumesCounters"] is new["consumesCounters"]
+    true_index = _slice("n2", "GPU-2")
+    true_index["spec"]["devices"][0]["attributes"]["index"] = {"int": 1}
+    state.upsert(true_index)
+    flipped = copy.deepcopy(true_index)
+    flipped["spec"]["devices"][0]["attributes"]["index"] = {"int": True}
+    state.upsert(flipped)
+    assert _device(state.get("ResourceSlice", "n2"))["attributes"]["index"] == {"int": True}
+    assert _device(state.get("ResourceSlice", "n2"))["attributes"]["index"]["int"] is True
+
+
 def test_devices_share_the_parse_of_a_shared_value() -> None:
     state = ClusterState()
     a, b = _slice("n1", "GPU-1"), _slice("n2", "GPU-2")

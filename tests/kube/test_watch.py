@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from extender import wiring
+from extender.cluster import compact
 from extender.cluster.compact import SHARED
 from extender.cluster.sample import sample_objects
 from extender.cluster.state import ClusterState
@@ -146,10 +147,10 @@ async def test_objects_are_compacted_before_they_are_validated(fake_api, monkeyp
     walked: list[str] = []
     real_compact = SHARED.compact
 
-    def counting(obj: Any, kind: Any = None) -> None:
+    def counting(obj: Any, kind: Any = None, previous: Any = None) -> None:
         if (kind or obj.get("kind")) == "ResourceSlice":
             walked.append(obj["metadata"]["name"])
-        real_compact(obj, kind)
+        real_compact(obj, kind, previous)
 
     monkeypatch.setattr(SHARED, "compact", counting)
     placement, _, source = wiring.build_kube_services(SETTINGS, api_client=fake_api.api_client())
@@ -165,6 +166,33 @@ async def test_objects_are_compacted_before_they_are_validated(fake_api, monkeyp
     ]
     assert len(stored) == 4 and all(value is validated[0] for value in stored)
     assert sorted(walked) == ["slice-a", "slice-b"]  # once each: the state did not walk them again
+
+
+async def test_a_watched_slice_update_keeps_the_stored_devices_equal_values(fake_api, monkeypatch):
+    """A MODIFIED slice is compacted against the version the state holds: its devices' equal
+    values are the stored objects (the index re-reads only what differs), even with the shared
+    tables emptied at every new value."""
+    monkeypatch.setattr(compact, "VALUE_LIMIT", 1)
+    raw = _slice("slice-a", "node-a", devices=2)
+    for position, device in enumerate(raw["spec"]["devices"]):
+        device["attributes"] = {"model": {"string": "H100-SXM"}, "uuid": {"string": f"GPU-{position}"}}
+    fake_api.put_object(raw)
+    placement, _, source = wiring.build_kube_services(SETTINGS, api_client=fake_api.api_client())
+    try:
+        source.start()
+        await wait_for(placement.ready)
+        before = placement.state.get("ResourceSlice", "slice-a")
+        changed = fake_api.get_object("ResourceSlice", "slice-a")
+        changed["spec"]["devices"][1]["attributes"]["uuid"] = {"string": "GPU-replaced"}
+        fake_api.put_object(changed)
+        await wait_for(lambda: placement.state.get("ResourceSlice", "slice-a") is not before)
+    finally:
+        await source.stop()
+    after = placement.state.get("ResourceSlice", "slice-a")
+    old, new = before["spec"]["devices"], after["spec"]["devices"]
+    assert new[0]["attributes"]["uuid"] is old[0]["attributes"]["uuid"]
+    assert new[1]["attributes"]["model"] is old[1]["attributes"]["model"]
+    assert new[1]["attributes"]["uuid"] == {"string": "GPU-replaced"}
 
 
 async def test_readyz_follows_the_initial_list_through_the_app(seeded, aiohttp_client):
