@@ -57,7 +57,7 @@ class FreeKeyed:
             if len(self.free) != len(free):
                 self.known[:] = False
             else:
-                self.known[self.row_node[np.flatnonzero(self.free != free)]] = False
+                self.known[changed_nodes(self.row_node, self.free, free)] = False
         self.free = free
 
     def get(self, positions: np.ndarray, compute: Compute) -> tuple[np.ndarray, ...]:
@@ -82,6 +82,13 @@ class FreeKeyed:
                 column[missing] = values
             self.known[missing] = True
         return tuple(column[positions] for column in self.columns)
+
+
+def changed_nodes(row_node: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """The node of each row whose free bit differs between two masks of one row layout (a node
+    once per changed row of it)."""
+    found: np.ndarray = row_node[np.flatnonzero(before != after)]
+    return found
 
 
 class Kept(Protocol):

@@ -35,7 +35,7 @@ from extender.allocator.allocating import MAX_DEVICES_PER_CLAIM
 from extender.allocator.requests import EXACT_COUNT, ClaimSpec, RequestSpec
 from extender.allocator.results import ClaimAllocation
 from extender.allocator.taints import all_tolerated
-from extender.core import reasons
+from extender.core import freekeyed, reasons
 from extender.core.shapes import node_rows, node_subset, shape_data
 from extender.index.snapshot import Changes, DeviceIndex, patched_array
 from extender.index.topology import (
@@ -717,8 +717,7 @@ def _choice_memo(
             memos.clear()
         memo = memos[key] = _carried_choices(index, key, free)
     elif memo.free is not free:
-        changed = np.flatnonzero(memo.free != free)
-        memo.chosen[np.unique(index.row_node[changed])] = _UNKNOWN
+        memo.chosen[freekeyed.changed_nodes(index.row_node, memo.free, free)] = _UNKNOWN
         memo.free = free
     return memo
 
@@ -735,7 +734,7 @@ def _carried_choices(index: DeviceIndex, key: tuple[str, int, str], free: np.nda
         if changes is not None and len(old.chosen) == len(chosen) and len(old.free) == len(free):
             chosen = old.chosen.copy()
             chosen[changes.touched] = _UNKNOWN
-            chosen[np.unique(index.row_node[np.flatnonzero(old.free != free)])] = _UNKNOWN
+            chosen[freekeyed.changed_nodes(index.row_node, old.free, free)] = _UNKNOWN
     memo = _ChoiceMemo(free, chosen)
     if latest is None or latest[0] < index.serial:
         if key not in _LATEST_CHOICES and len(_LATEST_CHOICES) >= CHOICE_MEMOS:
