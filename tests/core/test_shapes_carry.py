@@ -100,27 +100,27 @@ def _devices(raw: Obj) -> list[Obj]:
     return devices
 
 
+def _rewrite(
+    state: ClusterState, rng: random.Random, step: int, node: str, field: str, key: str, value: Obj
+) -> None:
+    """Republish a slice of `node` (any node if "") with `field[key]` set to `value` on each of
+    its devices that has it."""
+    raw = _slices(state, rng, lambda s: any(key in (d.get(field) or {}) for d in _devices(s)), node)
+    for device in _devices(raw):
+        if key in (device.get(field) or {}):
+            device[field][key] = value
+    _republish(state, raw, step)
+
+
 def _change(state: ClusterState, rng: random.Random, step: int, kind: str, removed: list[Obj]) -> None:
     """One change of `kind` to the state (`kind:prefix`: to a node whose name has the prefix)."""
     kind, _, node = kind.partition(":")
     if kind == "same content":
         _republish(state, _slices(state, rng, lambda s: True, node), step)
     elif kind == "attribute":  # a value the classes' selectors read: the devices leave the class
-        raw = _slices(
-            state, rng, lambda s: any("type" in (d.get("attributes") or {}) for d in _devices(s)), node
-        )
-        for device in _devices(raw):
-            if "type" in (device.get("attributes") or {}):
-                device["attributes"]["type"] = {"string": "retired"}
-        _republish(state, raw, step)
+        _rewrite(state, rng, step, node, "attributes", "type", {"string": "retired"})
     elif kind == "capacity":
-        raw = _slices(
-            state, rng, lambda s: any("memory" in (d.get("capacity") or {}) for d in _devices(s)), node
-        )
-        for device in _devices(raw):
-            if "memory" in (device.get("capacity") or {}):
-                device["capacity"]["memory"] = {"value": "8Gi"}
-        _republish(state, raw, step)
+        _rewrite(state, rng, step, node, "capacity", "memory", {"value": "8Gi"})
     elif kind == "taint":  # every device of the slice: no request here tolerates it
         raw = _slices(state, rng, lambda s: bool(_devices(s)), node)
         for device in _devices(raw):
