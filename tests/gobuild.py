@@ -102,7 +102,10 @@ TARGETS: dict[str, Target] = {
         ),
         Target("helm", TESTS / "e2e/gomod/helm", "v3.22.0", ("helm.sh/helm/v3/cmd/helm",)),
         Target(
-            "promtool", TESTS / "e2e/gomod/promtool", "v0.316.0", ("github.com/prometheus/prometheus/cmd/promtool",)
+            "promtool",
+            TESTS / "e2e/gomod/promtool",
+            "v0.316.0",
+            ("github.com/prometheus/prometheus/cmd/promtool",),
         ),
         Target("oracle-1.36", TESTS / "oracle", "v0.36.3", (".",), modfile="go.mod"),
         Target("oracle-1.37", TESTS / "oracle", "v0.37.2", (".",), modfile="go137.mod"),
