@@ -93,7 +93,6 @@ TARGETS: dict[str, Target] = {
             TESTS / "e2e/gomod/k8s-1.37",
             "v1.37.2",
             _K8S_COMMANDS,
-            in_ci=False,
             ldflags=_kubernetes_version_ldflags("v1.37.2"),
         ),
         Target("etcd", TESTS / "e2e/gomod/etcd", "v3.6", (".",)),

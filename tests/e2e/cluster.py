@@ -43,7 +43,18 @@ from tests.e2e.pki import PKI, kubeconfig
 from tests.e2e.proxy import RoundRobinProxy
 
 ROOT = Path(__file__).resolve().parents[2]
-KUBERNETES_VERSION = os.environ.get("DRA_E2E_KUBERNETES", "1.36")
+#: The versions the suite runs against (`DRA_E2E_KUBERNETES=1.36,1.37`, the default: both, in
+#: that order); the first is the default of `up` and of `ControlPlane`.
+KUBERNETES_VERSIONS: tuple[str, ...] = tuple(
+    v.strip() for v in os.environ.get("DRA_E2E_KUBERNETES", "1.36,1.37").split(",") if v.strip()
+)
+KUBERNETES_VERSION = KUBERNETES_VERSIONS[0] if KUBERNETES_VERSIONS else "1.36"
+_BUILT_VERSIONS = tuple(n.removeprefix("kubernetes-") for n in gobuild.TARGETS if n.startswith("kubernetes-"))
+if not KUBERNETES_VERSIONS or set(KUBERNETES_VERSIONS) - set(_BUILT_VERSIONS):
+    raise SystemExit(
+        f"DRA_E2E_KUBERNETES={os.environ.get('DRA_E2E_KUBERNETES')!r}: name one or more of "
+        f"{', '.join(_BUILT_VERSIONS)} (comma-separated)"
+    )
 EXTENDER_SERVICE = "dra-topology-extender.dra-system.svc"
 #: The extender's process names: one in advisory/allocator mode, two replicas in allocator-ha.
 EXTENDERS = ("extender", "extender-a", "extender-b")
@@ -631,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--mode", choices=("advisory", "allocator", "allocator-ha", "deploy", "baseline"), default="allocator"
     )
-    up.add_argument("--version", choices=("1.36", "1.37"), default=KUBERNETES_VERSION)
+    up.add_argument("--version", choices=_BUILT_VERSIONS, default=KUBERNETES_VERSION)
     up.add_argument("--sample", action="store_true", help="load the embedded sample cluster's objects")
     up.add_argument("--work", type=Path, help="keep logs, certificates and kubeconfigs here")
     args = parser.parse_args(argv)

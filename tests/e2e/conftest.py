@@ -5,6 +5,11 @@ extender started in the mode a test asks for.
 The binaries come from `tests.gobuild` (`.ci/run` builds them first; a missing one is built here,
 which takes long on a cold cache but never skips). `DRA_E2E_KEEP=1` keeps the work directory
 (logs of every component) after the session.
+
+Every test runs once per Kubernetes version of `DRA_E2E_KUBERNETES` (default `1.36,1.37`: both
+control planes, one after the other; `DRA_E2E_KUBERNETES=1.37` runs one). A test that is about one
+version's behaviour says so with `@pytest.mark.kubernetes("1.37")`; it is deselected (not skipped)
+for the other version.
 """
 
 from __future__ import annotations
@@ -20,16 +25,40 @@ from typing import Any
 import pytest
 
 from tests.e2e import objects
-from tests.e2e.cluster import ControlPlane
+from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane
 
 ALLOCATOR_SCHEDULER = "dra-topology-scheduler"
 DEFAULT_SCHEDULER = "default-scheduler"
 
 
-@pytest.fixture(scope="session")
-def plane() -> Iterator[ControlPlane]:
-    work = Path(tempfile.mkdtemp(prefix="dra-e2e-"))
-    control = ControlPlane(work)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "kubernetes(*versions): run only against these Kubernetes versions' control planes"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the version-specific tests of the other versions (reported as deselected)."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("kubernetes")
+        callspec = getattr(item, "callspec", None)
+        version = callspec.params.get("plane") if callspec is not None else None
+        if marker is not None and version is not None and version not in marker.args:
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session", params=KUBERNETES_VERSIONS, ids=lambda v: f"k8s-{v}")
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """The control plane of one Kubernetes version (the fixture's parameter)."""
+    work = Path(tempfile.mkdtemp(prefix=f"dra-e2e-{request.param}-"))
+    control = ControlPlane(work, request.param)
     try:
         control.start()
         objects.publish(control.kube, objects.sample_fleet())
