@@ -105,9 +105,7 @@ TARGETS: dict[str, Target] = {
             "jaeger", TESTS / "e2e/gomod/jaeger", "v1.76.0", ("github.com/jaegertracing/jaeger/cmd/jaeger",)
         ),
         Target("helm", TESTS / "e2e/gomod/helm", "v3.22.0", ("helm.sh/helm/v3/cmd/helm",)),
-        Target(
-            "kustomize", TESTS / "e2e/gomod/kustomize", "v5.8.2", ("sigs.k8s.io/kustomize/kustomize/v5",)
-        ),
+        Target("kustomize", TESTS / "e2e/gomod/kustomize", "v5.8.2", ("sigs.k8s.io/kustomize/kustomize/v5",)),
         Target(
             "promtool",
             TESTS / "e2e/gomod/promtool",
