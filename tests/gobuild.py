@@ -59,10 +59,14 @@ class Target:
 
     def binary_name(self, package: str) -> str:
         """The last element of the import path; our own module's package (".") is named after
-        the target without its version (`etcd`, `oracle`)."""
+        the target without its version (`etcd`, `oracle`). A major-version suffix is skipped, as
+        `go install` does (`sigs.k8s.io/kustomize/kustomize/v5` is `kustomize`)."""
         if package in (".", "./"):
             return self.name.split("-")[0]
-        return package.rstrip("/").rsplit("/", 1)[-1]
+        elements = package.rstrip("/").split("/")
+        if len(elements) > 1 and re.fullmatch(r"v[2-9]\d*|v1\d+", elements[-1]):
+            elements.pop()
+        return elements[-1]
 
 
 def _kubernetes_version_ldflags(version: str) -> str:
@@ -100,6 +104,7 @@ TARGETS: dict[str, Target] = {
             "jaeger", TESTS / "e2e/gomod/jaeger", "v1.76.0", ("github.com/jaegertracing/jaeger/cmd/jaeger",)
         ),
         Target("helm", TESTS / "e2e/gomod/helm", "v3.22.0", ("helm.sh/helm/v3/cmd/helm",)),
+        Target("kustomize", TESTS / "e2e/gomod/kustomize", "v5.8.2", ("sigs.k8s.io/kustomize/kustomize/v5",)),
         Target(
             "promtool",
             TESTS / "e2e/gomod/promtool",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -135,6 +136,25 @@ class Kube:
 
     def create(self, obj: dict[str, Any]) -> Any:
         return self.request("POST", collection_path(obj), obj)
+
+    def server_side_apply(
+        self, obj: dict[str, Any], manager: str, *, dry_run: bool = False, force: bool = False
+    ) -> Any:
+        """Server-side apply of `obj` (PATCH application/apply-patch+yaml) as field manager
+        `manager`, with strict field validation: an unknown or duplicate field is an error."""
+        path = object_path(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace"))
+        query = f"?fieldManager={manager}&fieldValidation=Strict"
+        query += "&dryRun=All" if dry_run else ""
+        query += "&force=true" if force else ""
+        response = self.session.patch(
+            self.server + path + query,
+            data=json.dumps(obj),  # JSON is YAML
+            headers={"Content-Type": "application/apply-patch+yaml"},
+            timeout=30,
+        )
+        if response.status_code not in (200, 201):
+            raise KubeError("PATCH (apply)", path + query, response.status_code, response.text)
+        return response.json()
 
     def apply_all(self, objects: list[dict[str, Any]]) -> None:
         """Create each object, leaving ones that already exist (409) as they are."""
@@ -456,9 +476,9 @@ class ControlPlane:
         self.kube.apply_all(objects)
         sa = next(o for o in objects if o["kind"] == "ServiceAccount")["metadata"]
         self.extender_namespace = sa["namespace"]
-        self.extender_kubeconfig = self._account_kubeconfig(sa, self.work / "extender.conf")
+        self.extender_kubeconfig = self.account_kubeconfig(sa, self.work / "extender.conf")
 
-    def _account_kubeconfig(self, account: dict[str, Any], path: Path) -> Path:
+    def account_kubeconfig(self, account: dict[str, Any], path: Path) -> Path:
         """A kubeconfig with a token the API server issues for ServiceAccount `account` (its
         metadata), as a pod of that account would get."""
         token_path = object_path("ServiceAccount", account["name"], account["namespace"]) + "/token"
@@ -539,7 +559,7 @@ class ControlPlane:
         self.kube.apply_all([d for d in documents if d["kind"] != "Deployment"])
         account = next(d for d in documents if d["kind"] == "ServiceAccount")["metadata"]
         conf = self.work / "deploy-scheduler.conf"
-        self.deploy_scheduler_kubeconfig = self._account_kubeconfig(account, conf)
+        self.deploy_scheduler_kubeconfig = self.account_kubeconfig(account, conf)
         configmap = yaml.safe_load((ROOT / "deploy" / "scheduler-config.yaml").read_text())
         config = yaml.safe_load(configmap["data"]["config.yaml"])
         assert config["clientConnection"]["kubeconfig"] == "", "deploy/ runs the scheduler in-cluster"
@@ -554,9 +574,16 @@ class ControlPlane:
         for extender in config.get("extenders", []):
             scheme = extender["urlPrefix"].split("://", 1)[0]
             extender["urlPrefix"] = f"{scheme}://127.0.0.1:{self.extender_port}"
-            tls = extender["tlsConfig"]
-            tls["caFile"] = str(self.pki.ca_cert)
-            tls["certFile"], tls["keyFile"] = str(self.scheduler_tls[0]), str(self.scheduler_tls[1])
+            # Only the files a config names (plain HTTP has none, TLS without a client
+            # certificate only the CA).
+            tls = extender.get("tlsConfig", {})
+            ours = {
+                "caFile": self.pki.ca_cert,
+                "certFile": self.scheduler_tls[0],
+                "keyFile": self.scheduler_tls[1],
+            }
+            for key in ours.keys() & tls.keys():
+                tls[key] = str(ours[key])
 
     def start_scheduler(self, mode: str) -> Process:
         kubeconfig_path = self.scheduler_kubeconfig
@@ -571,6 +598,57 @@ class ControlPlane:
             path.write_text(yaml.safe_dump(config))
         else:
             path = self.scheduler_config(mode)
+        return self.run_scheduler(path, kubeconfig_path)
+
+    def run_scheduler_config(self, config: dict[str, Any], kubeconfig_path: Path, name: str) -> Process:
+        """kube-scheduler loading `config` (a KubeSchedulerConfiguration rendered elsewhere, e.g.
+        by the Helm chart) as the identity of `kubeconfig_path`, with only the kubeconfig, the
+        extenders' URLs and their certificate paths rewritten; written to `<work>/<name>.yaml`."""
+        config = {
+            **config,
+            "clientConnection": {**config["clientConnection"], "kubeconfig": str(kubeconfig_path)},
+        }
+        self._point_extenders(config)
+        path = self.work / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return self.run_scheduler(path, kubeconfig_path)
+
+    def completed_scheduler_config(
+        self, config: dict[str, Any], kubeconfig_path: Path, name: str
+    ) -> dict[str, Any]:
+        """What kube-scheduler makes of `config` (rewritten as in `run_scheduler_config`):
+        `--write-config-to` decodes, validates and defaults it, builds every profile's plugins
+        and the extenders' clients (reading their certificates), writes the completed
+        configuration and exits; a configuration it cannot load fails here with its message."""
+        config = {
+            **config,
+            "clientConnection": {**config["clientConnection"], "kubeconfig": str(kubeconfig_path)},
+        }
+        self._point_extenders(config)
+        path, out = self.work / f"{name}.yaml", self.work / f"{name}-completed.yaml"
+        path.write_text(yaml.safe_dump(config))
+        run = subprocess.run(
+            [
+                str(self.bins["kube-scheduler"]),
+                f"--config={path}",
+                f"--write-config-to={out}",
+                f"--authentication-kubeconfig={kubeconfig_path}",
+                f"--authorization-kubeconfig={kubeconfig_path}",
+                "--secure-port=0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if run.returncode != 0:
+            raise AssertionError(f"kube-scheduler refused {path}:\n{run.stderr[-3000:]}")
+        completed: dict[str, Any] = yaml.safe_load(out.read_text())
+        return completed
+
+    def run_scheduler(self, path: Path, kubeconfig_path: Path) -> Process:
+        """kube-scheduler with `--config=path` (process name `kube-scheduler`), its secure port
+        delegating authentication and authorization as `kubeconfig_path`; returns once /healthz
+        answers (kube-scheduler exits at start-up on a configuration it cannot load)."""
         port = free_port()
         p = self._spawn(
             "kube-scheduler",
