@@ -35,8 +35,6 @@ import platform
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +44,8 @@ import requests
 from loadtests.fleet import generate_mixed_cluster
 from loadtests.generate import NAMESPACE, POD_CLAIM, SHAPE_LABEL, generate_cluster
 from tests.e2e.cluster import ControlPlane, Kube, collection_path, object_path
-from tests.e2e.objects import clean, mark_ready, owned_by_node
+from tests.e2e.objects import parallel as _parallel
+from tests.e2e.objects import publish_fleet
 
 Obj = dict[str, Any]
 
@@ -62,67 +61,7 @@ NIC_DRIVER = "dra.net"
 SETTLE = 15.0
 
 
-# ----------------------------------------------------------------------------- publishing
-
-
-def _clean(obj: Obj) -> Obj:
-    """`objects.clean` (no server-set fields) without owner references: the generator's owners
-    are uids of no object here."""
-    cleaned = clean(obj)
-    cleaned["metadata"].pop("ownerReferences", None)
-    return cleaned
-
-
-def _parallel(work: Iterable[Any], fn: Any, threads: int = 8) -> list[Any]:
-    with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(fn, work))
-
-
-def publish_fleet(kube: Kube, objects: list[Obj]) -> dict[str, int]:
-    """Create the fleet; allocated claims get their status after their pod exists (its uid)."""
-    by_kind: dict[str, list[Obj]] = {}
-    for obj in objects:
-        by_kind.setdefault(obj["kind"], []).append(obj)
-    for kind in ("Namespace", "DeviceClass", "ResourceClaimTemplate", "Node"):
-        _parallel(
-            by_kind.get(kind, []),
-            lambda o: kube.request("POST", collection_path(o), _clean(o), ok=(201, 409)),
-        )
-    _parallel([n["metadata"]["name"] for n in by_kind.get("Node", [])], lambda name: mark_ready(kube, name))
-    # Owned by their Node (its uid here), as a driver publishes them.
-    _parallel(
-        by_kind.get("ResourceSlice", []),
-        lambda o: kube.request("POST", collection_path(o), owned_by_node(kube, _clean(o)), ok=(201, 409)),
-    )
-    claims = {
-        c["metadata"]["name"]: c
-        for c in by_kind.get("ResourceClaim", [])
-        if c.get("status", {}).get("allocation")
-    }
-    running = [p for p in by_kind.get("Pod", []) if p["spec"].get("nodeName")]
-
-    def hold(pod: Obj) -> None:
-        ref = pod["spec"]["resourceClaims"][0]
-        statuses = pod.get("status", {}).get("resourceClaimStatuses") or [{}]
-        name = ref.get("resourceClaimName") or statuses[0]["resourceClaimName"]
-        # A running pod names its claim directly (its template's claim was generated long ago).
-        body = _clean(pod) | {"status": {}}
-        body["spec"]["resourceClaims"] = [{"name": POD_CLAIM, "resourceClaimName": name}]
-        created = kube.request("POST", collection_path(pod), body, ok=(201,))
-        claim = claims[name]
-        made = kube.request("POST", collection_path(claim), _clean(claim) | {"status": {}}, ok=(201,))
-        status = json.loads(json.dumps(claim["status"]))
-        status["reservedFor"] = [
-            {"resource": "pods", "name": created["metadata"]["name"], "uid": created["metadata"]["uid"]}
-        ]
-        kube.request(
-            "PUT",
-            object_path("ResourceClaim", name, made["metadata"]["namespace"]) + "/status",
-            made | {"status": status},
-        )
-
-    _parallel(running, hold)
-    return {kind: len(items) for kind, items in by_kind.items()} | {"HeldClaims": len(running)}
+# ----------------------------------------------------------------------------- the fleet
 
 
 def device_attributes(kube: Kube) -> dict[tuple[str, str, str], dict[str, Any]]:

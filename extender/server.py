@@ -348,7 +348,13 @@ async def handle_bind(request: web.Request) -> web.Response:
     outcome.error, outcome.nodes_out = error, 0 if error else 1
     with _child(telemetry.SPAN_ENCODE):
         answer = wire.encode_binding_result(error)
-    return web.Response(body=answer, content_type="application/json")
+    response = web.Response(body=answer, content_type="application/json")
+    if outcome.reason == verdicts.NOT_LEADER:
+        # kube-scheduler keeps its connections open, and the Service (kube-proxy) chooses a
+        # replica per connection: on a connection to a follower every retry would come back
+        # here. Closing it makes the retry open a new connection, which may reach the leader.
+        response.force_close()
+    return response
 
 
 async def handle_healthz(request: web.Request) -> web.Response:

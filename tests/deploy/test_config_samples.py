@@ -26,10 +26,11 @@ ADVISORY = CONFIG / "scheduler-advisory.yaml"
 ALLOCATOR = CONFIG / "scheduler-allocator.yaml"
 SCHEDULER_API = "kubescheduler.config.k8s.io/v1"
 #: Extension points of the in-tree DynamicResources plugin (its `var _ fwk.<Point>Plugin`
-#: assertions upstream); the allocator profile must disable it at each one and in multiPoint.
+#: assertions upstream) where it decides or writes; the allocator profile must disable it at each
+#: one and in multiPoint. PreEnqueue is the one it keeps: there the plugin only holds a pod back
+#: until its claims exist (tests/e2e/test_faults.py shows what that spares the pods).
 DRA_EXTENSION_POINTS = (
     "multiPoint",
-    "preEnqueue",
     "preFilter",
     "filter",
     "postFilter",
@@ -140,7 +141,8 @@ def test_advisory_config_filters_and_scores_only():
 
 
 def test_allocator_config_profiles_and_binder():
-    """Allocator: default profile as is, DynamicResources off everywhere in the DRA profile, bind."""
+    """Allocator: default profile as is, DynamicResources off in the DRA profile except at
+    PreEnqueue, bind."""
     config = _scheduler_config(ALLOCATOR)
     extender = config["extenders"][0]
     assert extender["bindVerb"] == "bind" and extender["bindVerb"] in VERBS
@@ -152,3 +154,4 @@ def test_allocator_config_profiles_and_binder():
     for point in DRA_EXTENSION_POINTS:
         assert {"name": "DynamicResources"} in plugins[point]["disabled"], point
         assert not plugins[point].get("enabled"), point
+    assert plugins["preEnqueue"] == {"enabled": [{"name": "DynamicResources"}]}

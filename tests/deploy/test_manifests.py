@@ -246,6 +246,9 @@ def test_scheduler_config_is_allocator_mode_for_the_dra_profile_only():
     (profile,) = config["profiles"]
     assert profile["schedulerName"] == SCHEDULER
     for point, settings in profile["plugins"].items():
+        if point == "preEnqueue":  # only holds pods back until their claims exist
+            assert settings == {"enabled": [{"name": "DynamicResources"}]}
+            continue
         assert {"name": "DynamicResources"} in settings["disabled"], point
     assert "multiPoint" in profile["plugins"]
     (extender,) = config["extenders"]

@@ -15,9 +15,11 @@ for the other version.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,12 @@ from typing import Any
 import pytest
 
 from tests.e2e import objects
-from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane
+from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, object_path
 
 ALLOCATOR_SCHEDULER = "dra-topology-scheduler"
 DEFAULT_SCHEDULER = "default-scheduler"
+#: The extender replicas' Lease (in the extender's namespace).
+EXTENDER_LEASE = "dra-topology-extender"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -81,6 +85,55 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0, every
             return last
         time.sleep(every)
     raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
+
+def lease_holder(plane: ControlPlane) -> str:
+    """The identity holding the extender's Lease ('' when none)."""
+    lease = plane.kube.request(
+        "GET", object_path("Lease", EXTENDER_LEASE, plane.extender_namespace), ok=(200, 404)
+    )
+    return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
+
+
+def replica_of(plane: ControlPlane, identity: str) -> str:
+    """Which replica process (allocator-ha) has `identity`: each logs its candidate identity at start."""
+    for name in ("extender-a", "extender-b"):
+        log = (plane.work / f"{name}.log").read_text(errors="replace")
+        if re.search(rf"candidate {re.escape(identity)}\b", log):
+            return name
+    raise AssertionError(f"no replica logged identity {identity!r}")
+
+
+def failed_scheduling(plane: ControlPlane, namespace: str, names: set[str]) -> list[tuple[str, str]]:
+    """(pod, message) of each FailedScheduling event kube-scheduler recorded on the pods `names`."""
+    events = plane.kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    return [
+        (e["involvedObject"]["name"], str(e.get("message", "")))
+        for e in events
+        if e.get("reason") == "FailedScheduling" and e["involvedObject"].get("name") in names
+    ]
+
+
+def filter_calls(plane: ControlPlane, names: set[str]) -> Counter[str]:
+    """/filter calls per pod of `names`, counted from the extender's spans in Jaeger (one trace
+    per call, with the pod's name; every replica exports to the same Jaeger). Spans arrive in
+    batches: waits until every pod has at least one."""
+
+    def counted() -> Counter[str]:
+        calls: Counter[str] = Counter()
+        for trace in plane.jaeger_traces("dra-topology-extender", "filter", limit=20000):
+            for span in trace["spans"]:
+                tags = {t["key"]: t["value"] for t in span.get("tags", [])}
+                if span["operationName"] == "filter" and tags.get("k8s.pod.name") in names:
+                    calls[tags["k8s.pod.name"]] += 1
+        return calls
+
+    def complete() -> Counter[str] | None:
+        calls = counted()
+        return calls if names <= set(calls) else None
+
+    result: Counter[str] = wait_until("Jaeger has a filter span of every pod", complete, 30, 1.0)
+    return result
 
 
 @pytest.fixture

@@ -11,17 +11,23 @@ start free, so every placement in the tests is one the scheduler made.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from loadtests.generate import POD_CLAIM
 from tests.e2e.cluster import Kube, KubeError, collection_path, object_path
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "extender" / "cluster" / "sample_cluster.yaml"
 GANG_PODS = ROOT / "tests" / "data" / "gang_pods.yaml"
+
+Obj = dict[str, Any]
 
 _SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "selfLink")
 _ORDER = ("Namespace", "DeviceClass", "Node", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim")
@@ -73,6 +79,70 @@ def publish(kube: Kube, objects: list[dict[str, Any]]) -> None:
         mark_ready(kube, node["metadata"]["name"])
     slices = [owned_by_node(kube, o) for o in objects if o["kind"] == "ResourceSlice"]
     kube.apply_all(slices)
+
+
+def _unowned(obj: Obj) -> Obj:
+    """`objects.clean` (no server-set fields) without owner references: the generator's owners
+    are uids of no object here."""
+    cleaned = clean(obj)
+    cleaned["metadata"].pop("ownerReferences", None)
+    return cleaned
+
+
+def parallel(work: Iterable[Any], fn: Any, threads: int = 8) -> list[Any]:
+    """`fn` over `work` on `threads` client threads (creating hundreds of objects one by one is slow)."""
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, work))
+
+
+def publish_fleet(kube: Kube, objects: list[Obj]) -> dict[str, int]:
+    """Create a generated fleet (`loadtests.fleet`, `loadtests.generate`) as drivers and kubelets
+    would have: Nodes Ready, ResourceSlices owned by their Node, and each running pod with its
+    allocated claim reserved for it (the claim gets its status after the pod exists: its uid).
+    Pending pods and their unallocated claims are left out. Returns the counts by kind."""
+    by_kind: dict[str, list[Obj]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    for kind in ("Namespace", "DeviceClass", "ResourceClaimTemplate", "Node"):
+        parallel(
+            by_kind.get(kind, []),
+            lambda o: kube.request("POST", collection_path(o), _unowned(o), ok=(201, 409)),
+        )
+    parallel([n["metadata"]["name"] for n in by_kind.get("Node", [])], lambda name: mark_ready(kube, name))
+    # Owned by their Node (its uid here), as a driver publishes them.
+    parallel(
+        by_kind.get("ResourceSlice", []),
+        lambda o: kube.request("POST", collection_path(o), owned_by_node(kube, _unowned(o)), ok=(201, 409)),
+    )
+    claims = {
+        c["metadata"]["name"]: c
+        for c in by_kind.get("ResourceClaim", [])
+        if c.get("status", {}).get("allocation")
+    }
+    running = [p for p in by_kind.get("Pod", []) if p["spec"].get("nodeName")]
+
+    def hold(pod: Obj) -> None:
+        ref = pod["spec"]["resourceClaims"][0]
+        statuses = pod.get("status", {}).get("resourceClaimStatuses") or [{}]
+        name = ref.get("resourceClaimName") or statuses[0]["resourceClaimName"]
+        # A running pod names its claim directly (its template's claim was generated long ago).
+        body = _unowned(pod) | {"status": {}}
+        body["spec"]["resourceClaims"] = [{"name": POD_CLAIM, "resourceClaimName": name}]
+        created = kube.request("POST", collection_path(pod), body, ok=(201,))
+        claim = claims[name]
+        made = kube.request("POST", collection_path(claim), _unowned(claim) | {"status": {}}, ok=(201,))
+        status = json.loads(json.dumps(claim["status"]))
+        status["reservedFor"] = [
+            {"resource": "pods", "name": created["metadata"]["name"], "uid": created["metadata"]["uid"]}
+        ]
+        kube.request(
+            "PUT",
+            object_path("ResourceClaim", name, made["metadata"]["namespace"]) + "/status",
+            made | {"status": status},
+        )
+
+    parallel(running, hold)
+    return {kind: len(items) for kind, items in by_kind.items()} | {"HeldClaims": len(running)}
 
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"

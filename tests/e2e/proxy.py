@@ -2,6 +2,10 @@
 and in a cluster kube-proxy spreads its connections over the ready replicas. Each accepted
 connection goes to the next backend that accepts a TCP connect (round robin), bytes are copied
 both ways untouched (TLS, and so mutual TLS, stays end to end between the real programs).
+
+With one backend it is a plain forwarder, which the fault tests put between the extender and
+the API server: `cut()` closes every connection through it at once (every watch, every request
+in flight), as a restarted load balancer or proxy in between does, and keeps accepting.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ class RoundRobinProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="e2e-proxy", daemon=True)
         self._server: asyncio.base_events.Server | None = None
+        #: (client side, backend side) of each connection open now.
+        self._open: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
 
     def start(self) -> RoundRobinProxy:
         self._thread.start()
@@ -40,6 +46,19 @@ class RoundRobinProxy:
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+    def cut(self) -> int:
+        """Abort every open connection at both ends (a reset, no orderly close); new connections
+        are accepted as before. Returns how many were cut."""
+
+        async def abort_all() -> int:
+            pairs = list(self._open)
+            for client, backend in pairs:
+                client.transport.abort()
+                backend.transport.abort()
+            return len(pairs)
+
+        return asyncio.run_coroutine_threadsafe(abort_all(), self._loop).result(10)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         for _ in range(len(self.backends)):
@@ -67,5 +86,10 @@ class RoundRobinProxy:
                 with contextlib.suppress(Exception):
                     sink.close()
 
-        with contextlib.suppress(asyncio.CancelledError):  # stop() cancels open connections
-            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        pair = (writer, upstream_writer)
+        self._open.add(pair)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):  # stop() cancels open connections
+                await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        finally:
+            self._open.discard(pair)

@@ -5,7 +5,6 @@ is allocated twice."""
 
 from __future__ import annotations
 
-import re
 import signal
 from collections import Counter
 from typing import Any
@@ -13,34 +12,18 @@ from typing import Any
 import pytest
 
 from tests.e2e import objects
-from tests.e2e.cluster import ControlPlane, object_path
-from tests.e2e.conftest import ALLOCATOR_SCHEDULER, wait_until
+from tests.e2e.cluster import ControlPlane
+from tests.e2e.conftest import ALLOCATOR_SCHEDULER, lease_holder, replica_of, wait_until
 
 pytestmark = pytest.mark.e2e
-
-LEASE = "dra-topology-extender"
-
-
-def _holder(plane: ControlPlane) -> str:
-    lease = plane.kube.request("GET", object_path("Lease", LEASE, plane.extender_namespace), ok=(200, 404))
-    return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
-
-
-def _replica_of(plane: ControlPlane, identity: str) -> str:
-    """Which replica process holds `identity` (each logs its candidate identity at start)."""
-    for name in ("extender-a", "extender-b"):
-        log = (plane.work / f"{name}.log").read_text(errors="replace")
-        if re.search(rf"candidate {re.escape(identity)}\b", log):
-            return name
-    raise AssertionError(f"no replica logged identity {identity!r}")
 
 
 def test_the_follower_takes_over_when_the_leader_dies_mid_batch(
     plane: ControlPlane, pods: list[dict[str, Any]]
 ) -> None:
     plane.use("allocator-ha")
-    first = wait_until("a replica holds the Lease", lambda: _holder(plane), timeout=30)
-    leader = _replica_of(plane, first)
+    first = wait_until("a replica holds the Lease", lambda: lease_holder(plane), timeout=30)
+    leader = replica_of(plane, first)
 
     batch = objects.seed_pods(ALLOCATOR_SCHEDULER, suffix="-ha") + objects.gang_pods(ALLOCATOR_SCHEDULER)
     pods.extend(objects.create_pods(plane.kube, batch))
@@ -53,9 +36,9 @@ def test_the_follower_takes_over_when_the_leader_dies_mid_batch(
     plane.processes.pop(leader).popen.wait()
 
     second = wait_until(
-        "the follower holds the Lease", lambda: (h := _holder(plane)) != first and h, timeout=60
+        "the follower holds the Lease", lambda: (h := lease_holder(plane)) != first and h, timeout=60
     )
-    assert _replica_of(plane, second) != leader
+    assert replica_of(plane, second) != leader
 
     def all_bound() -> list[dict[str, Any]] | None:
         fresh = [

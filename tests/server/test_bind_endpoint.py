@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from extender.verdicts import ERROR, BindOutcome
+from extender.verdicts import ERROR, NOT_LEADER, BindOutcome
 
 ARGS = {"PodName": "trainer-0", "PodNamespace": "ml", "PodUID": "5f0c1c2e", "Node": "gpu-node-02"}
 
@@ -68,3 +68,25 @@ async def test_bind_is_served_under_a_path_prefix(app_client, binder):
     resp = await client.post("/scheduler/bind", data=orjson.dumps(ARGS))
     assert resp.status == 200
     assert len(binder.calls) == 1
+
+
+async def test_a_follower_closes_the_connection_with_its_refusal(app_client, binder):
+    """A replica that does not hold the Lease answers bind with `Connection: close`: the Service
+    chooses a replica per connection, and kube-scheduler keeps its connections, so a retry on
+    the same connection would reach the same follower every time."""
+    binder.outcome = BindOutcome("not the leader: this replica (b) does not bind", NOT_LEADER)
+    client = await app_client()
+    resp = await client.post("/bind", data=orjson.dumps(ARGS))
+    assert resp.status == 200
+    assert (await resp.json())["Error"].startswith("not the leader")
+    assert resp.headers.get("Connection", "").lower() == "close"
+
+
+async def test_other_bind_answers_keep_the_connection(app_client, binder):
+    """Success and any other failure leave the connection open for the next call."""
+    client = await app_client()
+    resp = await client.post("/bind", data=orjson.dumps(ARGS))
+    assert resp.headers.get("Connection", "").lower() != "close"
+    binder.outcome = BindOutcome("claim ml/trainer-0-gpu: device gpu-3 was allocated concurrently", ERROR)
+    resp = await client.post("/bind", data=orjson.dumps(ARGS))
+    assert resp.headers.get("Connection", "").lower() != "close"
