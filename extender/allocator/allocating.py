@@ -399,7 +399,7 @@ class _Search:
                 raise AllocationError(
                     f"claim {claim.ref}, constraint #{index}: empty constraint (unsupported constraint type?)"
                 )
-            constraints.append(Constraint(spec, list_types=self.features.list_type_attributes))
+            constraints.append(Constraint(spec, list_types=self.features.list_type_constraints))
         self.constraints.append(constraints)
 
     def _validate_request(
@@ -732,7 +732,7 @@ class _Search:
         claim = self.claims[c]
         constraints = self.constraints[c]
         distinct = [i for i, constraint in enumerate(constraints) if constraint.is_distinct]
-        if not distinct or self.features.list_type_attributes:
+        if not distinct or self.features.list_type_constraints:
             return None
         keys = [key for key in self.requests if key[0] == c]
         most = sum(

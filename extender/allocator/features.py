@@ -30,15 +30,18 @@ GATE_DEFAULTS: dict[str, bool] = {
     "DRAResourceClaimDeviceStatus": True,
 }
 
-#: Kubernetes 1.37's (v1.37.2 kube_features.go): DRADeviceTaintRules goes GA (on), the fractional
-#: capacity range is beta and on, and three new alpha gates are off. Built from 1.36's so that a
-#: gate both versions share needs one entry.
+#: Kubernetes 1.37's, as a default kube-scheduler v1.37.2 runs them (its `kubernetes_feature_enabled`
+#: metric; `tests/e2e/test_feature_gates.py` compares): DRADeviceTaintRules goes GA (on), and four
+#: new gates are off. DRAFractionalCapacityRange is beta but off: kube_features.go turns it on only
+#: "if --min-compatibility-version>=1.37", and kube-scheduler's default minimum compatibility
+#: version is its emulated version minus one (1.36; component-base `SetEmulationVersion`). Built
+#: from 1.36's so that a gate both versions share needs one entry.
 GATE_DEFAULTS_137: dict[str, bool] = {
     **GATE_DEFAULTS,
     "DRADerivedAttributes": False,
     "DRADeviceCompatibilityGroups": False,
     "DRADeviceTaintRules": True,
-    "DRAFractionalCapacityRange": True,
+    "DRAFractionalCapacityRange": False,
     "DRAOptionalNodeOperations": False,
 }
 
@@ -94,7 +97,14 @@ class Features:
     fractional_capacity_range: bool = False  # 1.37 DRAFractionalCapacityRange
     #: The Kubernetes version whose allocator semantics (error texts, rules no gate controls) apply.
     kubernetes_version: str = DEFAULT_VERSION
+    #: DRAListTypeAttributes as CEL sees it: attribute values may be lists (`extender.cel.devices`).
     list_type_attributes: bool = False
+    #: DRAListTypeAttributes as the allocator's `matchAttribute`/`distinctAttribute` see it: lists
+    #: compare as sets (upstream's attributeAsSet); off, only scalars compare (a list-valued
+    #: device may be a constraint's first device and no other). kube-scheduler v1.36.3 passes the
+    #: gate to CEL but not to its allocator (`AllocatorFeatures` in dynamicresources.go; 1.37
+    #: passes both), so on 1.36 this stays off whatever the gate says (issue 30 finding 6).
+    list_type_constraints: bool = False
     optional_node_operations: bool = False  # 1.37 DRAOptionalNodeOperations
     partitionable_devices: bool = True
     prioritized_list: bool = True
@@ -143,6 +153,7 @@ class Features:
             and merged["DRAConsumableCapacity"],
             kubernetes_version=version,
             list_type_attributes=merged["DRAListTypeAttributes"],
+            list_type_constraints=merged["DRAListTypeAttributes"] and version != "1.36",
             optional_node_operations=merged.get("DRAOptionalNodeOperations", False),
             partitionable_devices=merged["DRAPartitionableDevices"],
             prioritized_list=merged["DRAPrioritizedList"],
@@ -167,6 +178,8 @@ class Features:
             fractional_capacity_range=v137 and switches.get("FractionalCapacityRange", False),
             kubernetes_version=version,
             list_type_attributes=switches.get("ListTypeAttributes", False),
+            # The table's switch is the allocator's own (the oracle passes it to the allocator).
+            list_type_constraints=switches.get("ListTypeAttributes", False),
             optional_node_operations=v137 and switches.get("OptionalNodeOperations", False),
             partitionable_devices=switches.get("PartitionableDevices", False),
             prioritized_list=switches.get("PrioritizedList", False),

@@ -570,19 +570,31 @@ class KubeBinder:
         return await self._pool.call(fn, *args, _request_timeout=self._timeout, **kwargs)
 
     async def _find_pod(self, namespace: str, name: str, uid: str) -> Pod:
+        """The pod to bind: the newer of the watch's copy and the copy filter/prioritize saw
+        (by resourceVersion), else the API server's.
+
+        The watch's copy alone is not enough: it can be older than the copy kube-scheduler sent
+        to filter, e.g. without the `status.resourceClaimStatuses` entry of a template claim the
+        resourceclaim controller has just made, and bind then refused the pod filter passed
+        ("ResourceClaim not created yet"; issue 30 finding 2). resourceVersions are compared as
+        integers, as kube-scheduler's assume cache does; copies whose versions do not compare
+        that way are replaced by a fresh read.
+        """
         # Single-key dict reads (state, seen pods) are atomic, so these two may run on the loop.
         found = self._state.get("Pod", name, namespace)
-        pod = None if found is None else parse_pod(found)
-        if pod is not None and uid and pod.uid not in ("", uid):
-            pod = None
-        if pod is None and uid:
-            pod = self._placement.seen_pod(uid)
-            if pod is not None and pod.ref != f"{namespace}/{name}":
+        watched = None if found is None else parse_pod(found)
+        if watched is not None and uid and watched.uid not in ("", uid):
+            watched = None
+        seen = self._placement.seen_pod(uid) if uid else None
+        if seen is not None and seen.ref != f"{namespace}/{name}":
+            if watched is None:
                 raise BindFailure(
-                    f"pod UID {uid} was seen in filter as pod {pod.ref}, but bind names pod "
+                    f"pod UID {uid} was seen in filter as pod {seen.ref}, but bind names pod "
                     f"{namespace}/{name}: refusing to bind a pod under another pod's identity",
                     POD_GONE,
                 )
+            seen = None
+        pod = _newer_pod(watched, seen)
         if pod is not None:
             return pod
         try:
@@ -691,6 +703,29 @@ def _write_seen(claim: Obj | None, claim_uid: str, allocation: Obj, written_rv: 
     if seen is not None and ours is not None:
         return seen >= ours
     return same_devices((claim.get("status") or {}).get("allocation"), allocation)
+
+
+def _newer_pod(watched: Pod | None, seen: Pod | None) -> Pod | None:
+    """The copy of one pod at least as new as both (None: read it from the API server).
+
+    One copy alone is that copy. Of two, the one with the higher integer resourceVersion, the
+    watch's on a tie; two copies whose versions are not both integers are the same only if
+    their versions are equal strings, and otherwise neither is known to be the newer.
+    """
+    if watched is None or seen is None:
+        return watched or seen
+    ours, theirs = _int_version(_pod_version(watched)), _int_version(_pod_version(seen))
+    if ours is not None and theirs is not None:
+        return watched if ours >= theirs else seen
+    same = _pod_version(watched) is not None and _pod_version(watched) == _pod_version(seen)
+    return watched if same else None
+
+
+def _pod_version(pod: Pod) -> str | None:
+    """metadata.resourceVersion as sent (None: absent or not a string)."""
+    meta = pod.source.get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
 
 
 def _int_version(resource_version: Any) -> int | None:

@@ -40,11 +40,12 @@ def test_unsupported_version_is_a_clear_error() -> None:
 
 
 def test_gate_defaults_follow_the_version() -> None:
-    """1.37 (v1.37.2 kube_features.go): DRADeviceTaintRules GA, fractional ranges on, new alpha gates off."""
+    """1.37 as kube-scheduler v1.37.2 runs by default: DRADeviceTaintRules GA; the new gates off,
+    the fractional capacity range too (on only with --min-compatibility-version=1.37)."""
     f136 = load_settings(_flags(), {}).features
     f137 = load_settings(_flags(kubernetes_version="1.37"), {}).features
     assert (f136.device_taint_rules, f137.device_taint_rules) == (False, True)
-    assert (f136.fractional_capacity_range, f137.fractional_capacity_range) == (False, True)
+    assert (f136.fractional_capacity_range, f137.fractional_capacity_range) == (False, False)
     assert not (f137.compatibility_groups or f137.derived_attributes or f137.optional_node_operations)
     assert set(GATE_DEFAULTS_137) - set(GATE_DEFAULTS) == {
         "DRADerivedAttributes",
@@ -68,7 +69,7 @@ def test_kube_mode_rebuilds_features_for_the_servers_version() -> None:
     assert settings.kubernetes_version is None
     rebuilt = settings.with_kubernetes_version("1.37")
     assert rebuilt.features.v137 and rebuilt.features.device_taint_rules is False
-    assert rebuilt.features.fractional_capacity_range  # 1.37's default, not overridden
+    assert not rebuilt.features.fractional_capacity_range  # 1.37's default, not overridden
 
 
 def test_kube_mode_with_a_137_only_gate_on_a_136_server() -> None:
