@@ -36,7 +36,16 @@ class AssumeCache:
         self._clock = clock
         self._entries: dict[str, Assumption] = {}
         self._pods: dict[str, tuple[str, float]] = {}  # pod uid -> (node, expires at)
+        self._settled: Callable[[str, dict[str, Any]], bool] | None = None
         self.version = 0
+
+    def settle_with(self, settled: Callable[[str, dict[str, Any]], bool]) -> None:
+        """`settled(claim_uid, allocation)` says an entry's write is visible in the state (or its
+        claim is gone); `active()` drops such entries. Without it a written entry stayed until
+        the next bind pruned it or it expired, so every filter in between counted its devices as
+        taken even after its claim was deleted: freed devices looked in use for up to the TTL.
+        The binder that writes the claims sets it (extender.kube.binder)."""
+        self._settled = settled
 
     def assume(self, claim_uid: str, allocation: dict[str, Any], *, pod_uid: str) -> None:
         """Record an allocation that is about to be written."""
@@ -49,9 +58,14 @@ class AssumeCache:
             self.version += 1
 
     def active(self) -> dict[str, dict[str, Any]]:
-        """Unexpired allocations by claim uid; expired entries are dropped here."""
+        """Unexpired, unsettled allocations by claim uid; expired and settled entries are dropped here."""
         now = self._clock()
-        expired = [uid for uid, entry in self._entries.items() if entry.expires_at <= now]
+        settled = self._settled
+        expired = [
+            uid
+            for uid, entry in self._entries.items()
+            if entry.expires_at <= now or (settled is not None and settled(uid, entry.allocation))
+        ]
         for uid in expired:
             del self._entries[uid]
         if expired:

@@ -176,6 +176,9 @@ class KubeBinder:
         # (`_prune_assumed`): the lock.
         self._written: dict[str, tuple[str, str, str]] = {}
         self._written_lock = threading.Lock()
+        # Every reader of the assumed entries (filter, prioritize, the next bind) drops those
+        # whose write the watch shows, not only the next bind.
+        placement.assumed.settle_with(self._write_visible)
 
     @property
     def elector(self) -> LeaderView | None:
@@ -347,18 +350,28 @@ class KubeBinder:
             return None  # default profile: the in-tree plugin reserved it in PreBind
         return _ClaimWrite(namespace, name, claim.uid, allocation=None, current=stored)
 
+    def _write_visible(self, claim_uid: str, allocation: Obj) -> bool:
+        """The assumed entry's claim write is done and the watch shows it (or the claim is gone):
+        `AssumeCache.active()` drops the entry. An entry whose write is still in flight stays."""
+        with self._written_lock:
+            written = self._written.get(claim_uid)
+        if written is None:
+            return False
+        namespace, name, written_rv = written
+        claim = self._state.get("ResourceClaim", name, namespace)
+        if not _write_seen(claim, claim_uid, allocation, written_rv):
+            return False
+        with self._written_lock:
+            self._written.pop(claim_uid, None)
+        return True
+
     def _prune_assumed(self) -> None:
-        """Forget assumed entries of claims whose written allocation the watch now shows."""
+        """Forget assumed entries of claims whose written allocation the watch now shows, and the
+        written records of entries that are gone (expired or forgotten)."""
         active = self._placement.assumed.active()
         with self._written_lock:
-            written = list(self._written.items())
-        for claim_uid, (namespace, name, written_rv) in written:
-            claim = self._state.get("ResourceClaim", name, namespace)
-            assumed = active.get(claim_uid)
-            if assumed is None or _write_seen(claim, claim_uid, assumed, written_rv):
-                self._placement.assumed.forget(claim_uid)
-                with self._written_lock:
-                    self._written.pop(claim_uid, None)
+            for claim_uid in [uid for uid in self._written if uid not in active]:
+                del self._written[claim_uid]
 
     # ------------------------------------------------------------------ claim writes
     async def _write_claim(self, write: _ClaimWrite, consumer: dict[str, str]) -> None:

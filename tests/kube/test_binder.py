@@ -14,6 +14,7 @@ import asyncio
 import pytest
 
 from extender.claims import DELETE_PROTECTION_FINALIZER
+from extender.pods import parse_pod
 from extender.verdicts import (
     ALLOCATED_ELSEWHERE,
     API_ERROR,
@@ -97,17 +98,46 @@ async def test_the_pod_is_assumed_on_its_node_while_its_writes_are_in_flight(fak
 
 
 async def test_assumed_devices_are_excluded_until_the_watch_shows_the_write(fake_api: FakeApiServer):
-    """Right after bind the devices are assumed; once the watch delivers the claim, the written
-    allocation holds them and the assumed entry is dropped at the next bind (no double count)."""
+    """While bind writes, the devices are assumed; once the watch delivers the claim, the written
+    allocation holds them and the assumed entry is dropped by the next reader (no double count)."""
     seed(fake_api, gpus={"n1": 2}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1"], "p2": ["c2"]})
     async with Harness(fake_api) as h:
+        assumed_during_binding: list[bool] = []
+
+        def look(info: RequestInfo) -> None:
+            if (info.verb, info.resource, info.subresource) == BINDING:
+                uid = fake_api.get_object("ResourceClaim", "c1", NAMESPACE)["metadata"]["uid"]
+                assumed_during_binding.append(uid in h.placement.assumed.active())
+
+        fake_api.on_request = look
         assert await h.bind("p1", "n1") == ("", OK)
+        fake_api.on_request = None
+        assert assumed_during_binding == [True]
         c1_uid = h.claim("c1")["metadata"]["uid"]
-        assert c1_uid in h.placement.assumed.active()
         await h.caught_up()
+        assert c1_uid not in h.placement.assumed.active()  # settled: the state shows the write
         assert await h.bind("p2", "n1") == ("", OK)
-        assert c1_uid not in h.placement.assumed.active()  # pruned: the state shows the write
         assert allocated_devices(h.claim("c1")) != allocated_devices(h.claim("c2"))
+
+
+async def test_a_deleted_claims_devices_are_free_for_the_next_filter(fake_api: FakeApiServer):
+    """A bound claim released and deleted frees its devices for the very next filter. Its assumed
+    entry used to stay until the next bind pruned it or the assume TTL (60 s) ended, and every
+    filter in between found the devices "in use" (seen in the e2e list-attribute cases)."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1"], "p2": ["c2"]})
+    async with Harness(fake_api) as h:
+        assert await h.bind("p1", "n1") == ("", OK)
+        await h.caught_up()
+        released = h.claim("c1")
+        released["metadata"]["finalizers"] = []
+        released.pop("status")
+        fake_api.put_object(released)
+        fake_api.delete_object("ResourceClaim", "c1", NAMESPACE)
+        fake_api.delete_object("Pod", "p1", NAMESPACE)
+        await h.caught_up()
+        verdict = await h.placement.worker.run(h.placement.filter, parse_pod(h.pod("p2")), ["n1"])
+        assert verdict.passed == ["n1"], verdict
+        assert len(h.placement.assumed) == 0
 
 
 async def test_conflict_on_status_write_is_retried(fake_api: FakeApiServer):
