@@ -20,7 +20,9 @@ What it does:
 
 It prints the RSS at each checkpoint and the growth over the first `--first` claims and over the
 rest. The claims are in the state file, so what they themselves take is in the ready figure, not
-in the growth. Extra `--flag VALUE` pairs after `--` go to `serve` (e.g. `-- --cel-result-cache-size 16`).
+in the growth. Extra arguments after `--` go to `serve` (e.g. `-- --shutdown-grace-seconds 5`);
+settings without a flag reach the server through the environment it inherits
+(`DRA_EXTENDER_SELECTOR_MASK_CACHE_SIZE=512 python -m bench.selector_memory`).
 """
 
 from __future__ import annotations
