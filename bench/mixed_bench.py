@@ -157,11 +157,14 @@ def _drain(server: Server) -> None:
 
 
 @contextlib.contextmanager
-def serving(state_file: Path, *, ready_timeout: float) -> Iterator[tuple[Server, float]]:
-    """Start `serve --state state_file`; yield it and the seconds from launch to /readyz 200."""
+def serving(
+    state_file: Path, *, ready_timeout: float, extra: Sequence[str] = ()
+) -> Iterator[tuple[Server, float]]:
+    """Start `serve --state state_file` (and `extra` flags); yield it and the seconds from launch
+    to /readyz 200."""
     port = _free_port()
     command = [sys.executable, "-m", "extender", "serve", "--listen", f"127.0.0.1:{port}"]
-    command += ["--state", str(state_file), "--log-level", "info"]
+    command += ["--state", str(state_file), "--log-level", "info", *extra]
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     server = Server(process, port)

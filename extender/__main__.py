@@ -138,8 +138,11 @@ def _run_app(app: Any, settings: Settings, ssl_context: ssl.SSLContext | None) -
     """Serve `app` until interrupted; HTTPS with certificate reloading when `ssl_context` is set."""
     from aiohttp import web
 
-    from extender import tls
+    from extender import shutdown, tls
 
+    # SIGTERM: requests in flight get half the grace; whatever still runs then is abandoned at
+    # the grace (extender/shutdown.py).
+    app.on_shutdown.append(shutdown.on_shutdown(settings.shutdown_grace_seconds))
     scheme = "http"
     if ssl_context is not None:
         # Rotated certificates (Secret updates) are loaded into this same context while serving.
@@ -154,6 +157,7 @@ def _run_app(app: Any, settings: Settings, ssl_context: ssl.SSLContext | None) -
         ssl_context=ssl_context,
         print=None,
         access_log=None,
+        shutdown_timeout=settings.shutdown_grace_seconds / 2,
     )
 
 
@@ -197,6 +201,9 @@ def _add_serve(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--max-body-bytes", metavar="N", help="largest request body, bytes or Ki/Mi/Gi (default 64Mi)"
+    )
+    parser.add_argument(
+        "--shutdown-grace-seconds", metavar="S", help="SIGTERM stops the server within this (default 20)"
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, help="log level (default info)")
     parser.add_argument("--log-json", action="store_true", default=None, help="log one JSON object per line")

@@ -51,12 +51,20 @@ NUMERIC_BOUNDS: dict[str, Bound] = {
     "assume_ttl_seconds": Bound(0, 3600, above=True),
     "filter_timeout_seconds": Bound(0, 300, above=True),
     "body_read_timeout_seconds": Bound(0, 300, above=True),
+    "shutdown_grace_seconds": Bound(0, 3600, above=True),
     "watch_stall_seconds": Bound(0, 86400, above=True),
     "relist_ready_seconds": Bound(0, 3600, above=True),
     "lease_duration_seconds": Bound(0, 3600, above=True),
     "renew_deadline_seconds": Bound(0, 3600, above=True),
     "retry_period_seconds": Bound(0, 3600, above=True),
     "cel_result_cache_size": Bound(1, 65536, integer=True),
+    # Entry counts of the tables kept per selector text, claim shape or pod (their byte bounds,
+    # where they have one, are sizes up to 1Gi like max_body_bytes).
+    "cel_compile_cache_size": Bound(1, 1048576, integer=True),
+    "selector_mask_cache_size": Bound(1, 1048576, integer=True),
+    "claim_shape_cache_size": Bound(1, 4096, integer=True),
+    "evaluation_cache_size": Bound(1, 65536, integer=True),
+    "pods_seen_cache_size": Bound(1, 1048576, integer=True),
     # Weights: only their ratios matter; 1000:1 is more contrast than any policy needs, and keeps
     # every score sum far from overflow (1e308 weights once gave a score of -2**63).
     "locality_weight": Bound(0, 1000),

@@ -177,7 +177,17 @@ def resolve_pod_claims(pod: Pod, state: ClusterState, *, assumed: dict[str, Obj]
 
 #: id(claim) -> (the claim, kept alive so the id stays unique; its validation problem or "").
 _checked_claims: dict[int, tuple[Obj, str]] = {}
+#: Claims whose check is remembered (the table starts again when full); wiring sets it to
+#: `Settings.pods_seen_cache_size`: the claims of the pods kept for bind (`set_checked_claims_size`).
 _CHECKED_CLAIMS_MAX = 4096
+
+
+def set_checked_claims_size(size: int) -> None:
+    """Remember the checks of at most `size` claims from now on."""
+    global _CHECKED_CLAIMS_MAX
+    if size < 1:
+        raise ValueError(f"checked-claims table size must be at least 1, not {size}")
+    _CHECKED_CLAIMS_MAX = size
 
 
 def _claim_problem(claim: Obj) -> str:

@@ -18,10 +18,11 @@ Two callers:
   masks, index columns): its evaluation is its own, never in the placement's cache, and its pod
   is not remembered for bind.
 
-Pod text is parsed with a nesting limit that the scanner checks as it reads (`_BoundedLoader`):
-PyYAML's scanner takes time quadratic in the depth of flow collections (`[[[[...`: 2.5 s at
-2,000 levels) and its composer recurses, so a deeply nested paste would stall or raise
-RecursionError.
+Pod text is parsed by `extender.yamlsafe` with a nesting limit that the scanner checks as it
+reads: PyYAML's scanner takes time quadratic in the depth of flow collections (`[[[[...`: 2.5 s
+at 2,000 levels) and its composer recurses, so a deeply nested paste would stall or raise
+RecursionError; and aliases may not expand a paste much beyond what it writes (a YAML alias bomb
+stalled the dashboard's explain for minutes: issue 30).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from extender import yamlsafe
 from extender.allocator.features import Features
 from extender.allocator.results import ClaimAllocation
 from extender.cluster.state import ClusterState
@@ -67,43 +69,22 @@ class StateChanging(Exception):
     """The cluster's devices changed under an explanation more than MAX_RESTARTS times."""
 
 
-class _TooDeep(Exception):
-    """The YAML being read nests deeper than MAX_NESTING."""
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that stops at MAX_NESTING levels while it scans.
-
-    PyYAML's scanner keeps a possible simple key per open flow collection and walks them all at
-    every token, so `[[[[...` costs time quadratic in its depth (2.5 s at 2,000 levels) before the
-    recursive composer fails with RecursionError; block nesting (`- - - ...`) hits the recursion
-    limit too. The scanner knows the real depth (brackets in strings do not count), so the depth
-    is checked where a level opens.
-    """
-
-    def fetch_flow_collection_start(self, TokenClass: Any) -> None:
-        if self.flow_level >= MAX_NESTING:
-            raise _TooDeep
-        super().fetch_flow_collection_start(TokenClass)
-
-    def add_indent(self, column: int) -> bool:
-        if len(self.indents) >= MAX_NESTING:
-            raise _TooDeep
-        return bool(super().add_indent(column))
-
-
 def parse_pod_documents(text: str, label: str) -> list[Any]:
-    """The YAML/JSON documents of `text`, refusing nesting deeper than MAX_NESTING.
+    """The YAML/JSON documents of `text`, refusing nesting deeper than MAX_NESTING and aliases
+    that would expand it beyond `extender.yamlsafe`'s bound.
 
     Raises:
-        ValueError: not YAML or JSON, or nested too deeply (the message starts with `label`).
+        ValueError: not YAML or JSON, nested too deeply, or an alias bomb (the message starts
+            with `label`).
     """
     too_deep = f"{label}: nested deeper than {MAX_NESTING} levels (a Pod is about 10 levels deep)"
     try:
-        documents = list(yaml.load_all(text, Loader=_BoundedLoader))  # SafeLoader with a depth check
+        documents = list(yamlsafe.load_all(text, max_nesting=MAX_NESTING))
+    except yamlsafe.AliasExpansionError as exc:
+        raise ValueError(f"{label}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"{label}: not YAML or JSON: {' '.join(str(exc).split())}") from None
-    except (_TooDeep, RecursionError):
+    except (yamlsafe.TooDeep, RecursionError):
         raise ValueError(too_deep) from None
     if any(_depth(document) > MAX_NESTING for document in documents):  # flow inside block levels
         raise ValueError(too_deep)

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from extender import bounds
+from extender import bounds, yamlsafe
 from extender.allocator.features import (
     DEFAULT_VERSION,
     SUPPORTED_VERSIONS,
@@ -90,6 +90,11 @@ class Settings:
     body_read_timeout_seconds: float = 30.0
     """A request body not complete within this many seconds gets 408 and its connection is closed."""
 
+    shutdown_grace_seconds: float = 20.0
+    """SIGTERM stops the server within this many seconds whatever is running: requests in flight
+    get half of it, then work still running on a thread is abandoned (`extender/shutdown.py`).
+    Below the pod's terminationGracePeriodSeconds (30 in deploy/), so the process ends itself."""
+
     log_level: str = "info"
     """Root log level, one of LOG_LEVELS."""
 
@@ -105,6 +110,32 @@ class Settings:
 
     cel_result_cache_size: int = 128
     """Selector expressions whose per-device results are kept (an LRU); a device keeps at most twice this."""
+
+    # ------------------------------------------------- memory kept per expression, shape, claim
+    # Every table a new selector text, claim shape or pod adds to is bounded (docs/robustness.md).
+    cel_compile_cache_size: int = 4096
+    """Selector texts kept compiled (an LRU, about 3 KiB each); a text evicted is compiled again."""
+
+    selector_mask_cache_size: int = 4096
+    """Selector masks (the rows one class + selector list selects) one index keeps (an LRU)."""
+
+    selector_mask_cache_bytes: int = 64 * 1024**2
+    """... and the bytes of them at most (2 per device row each, plus the texts)."""
+
+    claim_shape_cache_size: int = 32
+    """Claim shapes whose per-index data (first-fit and kernel inputs, per-node answers) are kept."""
+
+    evaluation_cache_size: int = 256
+    """Pod evaluations kept for the pod's prioritize and bind (an LRU)."""
+
+    evaluation_cache_bytes: int = 128 * 1024**2
+    """... and their estimated bytes at most (about 1 KiB per node verdict)."""
+
+    pods_seen_cache_size: int = 4096
+    """Pods seen in filter/prioritize kept for their bind, which names only the pod (an LRU)."""
+
+    pods_seen_cache_bytes: int = 64 * 1024**2
+    """... and their bytes at most."""
 
     # ---------------------------------------------------------------- kube mode (watch)
     watch_stall_seconds: float = 300.0
@@ -416,11 +447,20 @@ def _converters(base: Path | None, path_sep: str) -> dict[str, Callable[[Any, st
         "assume_ttl_seconds": bounds.bounded("assume_ttl_seconds"),
         "filter_timeout_seconds": bounds.bounded("filter_timeout_seconds"),
         "body_read_timeout_seconds": bounds.bounded("body_read_timeout_seconds"),
+        "shutdown_grace_seconds": bounds.bounded("shutdown_grace_seconds"),
         "log_level": _to_log_level,
         "log_json": _to_bool,
         "ui": _to_bool,
         "scheduler_names": _to_names,
         "cel_result_cache_size": bounds.bounded("cel_result_cache_size"),
+        "cel_compile_cache_size": bounds.bounded("cel_compile_cache_size"),
+        "selector_mask_cache_size": bounds.bounded("selector_mask_cache_size"),
+        "selector_mask_cache_bytes": _to_size,
+        "claim_shape_cache_size": bounds.bounded("claim_shape_cache_size"),
+        "evaluation_cache_size": bounds.bounded("evaluation_cache_size"),
+        "evaluation_cache_bytes": _to_size,
+        "pods_seen_cache_size": bounds.bounded("pods_seen_cache_size"),
+        "pods_seen_cache_bytes": _to_size,
         "watch_stall_seconds": bounds.bounded("watch_stall_seconds"),
         "relist_ready_seconds": bounds.bounded("relist_ready_seconds"),
         "tls_cert_file": _path_converter(base),
@@ -473,9 +513,11 @@ def split_listen(text: str) -> tuple[str, int]:
 
 def _read_file_layer(path: Path) -> tuple[dict[str, Any], dict[str, bool]]:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yamlsafe.load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"settings file {path}: cannot read: {exc.strerror or exc}") from None
+    except yamlsafe.AliasExpansionError as exc:
+        raise ValueError(f"settings file {path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"settings file {path}: not valid YAML: {exc}") from None
     if raw is None:

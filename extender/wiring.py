@@ -43,7 +43,7 @@ def build_services(settings: Settings, state: ClusterState) -> tuple[Placement, 
         freeze_caches=True,
         worker=placement_worker(settings),
     )
-    selecting.set_result_cache_size(settings.cel_result_cache_size)
+    apply_memory_bounds(settings, placement)
     warm_kernels(settings)
     placement.warm()  # build the index and the tiers' columns now, not in the first filter call
     freeze_heap()
@@ -131,7 +131,7 @@ def build_kube_services(
     worker: Any = placement.worker
     source = watch.KubeSource(state, settings, api_client=api_client, loop=worker)
     placement.set_source_stats(source.stats)  # reported by /metrics with the placement's stats
-    selecting.set_result_cache_size(settings.cel_result_cache_size)
+    apply_memory_bounds(settings, placement)
     warm_kernels(settings)
     elector = None
     if settings.leader_elect:
@@ -192,6 +192,30 @@ def kube_app_context(
             yield
 
     return app_context
+
+
+def apply_memory_bounds(settings: Settings, placement: Placement) -> None:
+    """Bound every table a new selector text, claim shape or pod adds to by its setting
+    (docs/robustness.md); before the first index is built, which reads them."""
+    from extender import claims
+    from extender.cel import selectors
+    from extender.core import shapes
+    from extender.core.evaluation import Evaluations
+    from extender.index import snapshot
+
+    selectors.set_compile_cache_size(settings.cel_compile_cache_size)
+    selecting.set_result_cache_size(settings.cel_result_cache_size)
+    snapshot.set_mask_cache(
+        entries=settings.selector_mask_cache_size, max_bytes=settings.selector_mask_cache_bytes
+    )
+    shapes.set_shape_cache_size(settings.claim_shape_cache_size)
+    claims.set_checked_claims_size(settings.pods_seen_cache_size)
+    placement.evaluations = Evaluations(
+        size=settings.evaluation_cache_size,
+        max_bytes=settings.evaluation_cache_bytes,
+        pods_seen=settings.pods_seen_cache_size,
+        pods_seen_bytes=settings.pods_seen_cache_bytes,
+    )
 
 
 def placement_worker(settings: Settings) -> PlacementWorker:

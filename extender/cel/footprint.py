@@ -39,9 +39,26 @@ class _NoFootprint(Exception):
     """`device` is used in a way a fixed set of values does not describe."""
 
 
-@functools.lru_cache(maxsize=1024)
+#: Footprints remembered (an LRU by text); wiring sets it to `Settings.cel_compile_cache_size`,
+#: the bound of everything kept per selector text (`set_cache_size`).
+CACHE_SIZE = 4096
+
+
 def device_reads(expression: str) -> frozenset[Read] | None:
     """The values `expression` reads of `device`, or None when they are not a fixed set."""
+    return _remembered(expression)
+
+
+def set_cache_size(size: int) -> None:
+    """Remember at most `size` footprints from now on (the ones remembered so far are dropped)."""
+    global CACHE_SIZE, _remembered
+    if size < 1:
+        raise ValueError(f"footprint cache size must be at least 1, not {size}")
+    CACHE_SIZE = size
+    _remembered = functools.lru_cache(maxsize=size)(_device_reads)
+
+
+def _device_reads(expression: str) -> frozenset[Read] | None:
     try:
         tree = parse(expression)
     except (SyntaxIssues, RecursionError):
@@ -52,6 +69,9 @@ def device_reads(expression: str) -> frozenset[Read] | None:
     except (_NoFootprint, RecursionError):
         return None
     return frozenset(reads)
+
+
+_remembered = functools.lru_cache(maxsize=CACHE_SIZE)(_device_reads)
 
 
 def union_of_reads(expressions: tuple[str, ...]) -> frozenset[Read] | None:

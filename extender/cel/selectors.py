@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from extender.cel import footprint
 from extender.cel.compiling import COST_BUDGET, CompileIssues, Program, compile_tree
 from extender.cel.comprehensions import budget_cell
 from extender.cel.costs import MAX_COST, TOO_COMPLEX
@@ -28,7 +29,8 @@ from extender.cel.parsing import Issue, SyntaxIssues, format_issues, parse
 from extender.cel.values import EVAL_ERRORS, Interrupted, as_cel_error, type_name
 from extender.errors import CelCompileError, CelRuntimeError, SelectorsInterrupted
 
-#: How many distinct selector texts stay compiled; read at each insertion, so it can be tuned live.
+#: How many distinct selector texts stay compiled; read at each insertion, so it can be tuned live
+#: (`Settings.cel_compile_cache_size`, `set_compile_cache_size`).
 COMPILE_CACHE_SIZE = 4096
 #: Upstream's `CELSelectorExpressionMaxLength`, in bytes of UTF-8 as Go's `len()` counts.
 MAX_EXPRESSION_LENGTH = 10240
@@ -121,6 +123,17 @@ class _Cache:
 
 
 _CACHE = _Cache()
+
+
+def set_compile_cache_size(size: int) -> None:
+    """How many selector texts stay compiled, and their footprints remembered, from now on
+    (wiring: `cel_compile_cache_size`)."""
+    global COMPILE_CACHE_SIZE
+    if size < 1:
+        raise ValueError(f"CEL compile cache size must be at least 1, not {size}")
+    COMPILE_CACHE_SIZE = size
+    if size != footprint.CACHE_SIZE:
+        footprint.set_cache_size(size)
 
 
 def compile_selector(expression: str) -> CompiledSelector:

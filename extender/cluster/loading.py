@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import yaml
 
+from extender import yamlsafe
 from extender.cluster.compact import SHARED
 from extender.cluster.jsonitems import loads_list
 from extender.cluster.state import KINDS, object_key
@@ -49,15 +50,6 @@ API_VERSIONS: dict[str, tuple[str, ...]] = {
     "ResourceClaimTemplate": (DRA_API_VERSION,),
     "DeviceTaintRule": (DRA_API_VERSION, "resource.k8s.io/v1beta2"),
 }
-
-
-# The base is chosen at run time (libyaml's C loader when PyYAML was built with it), which
-# mypy cannot follow: hence the one ignore.
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """Safe YAML loader that keeps timestamps as strings, as they are in API JSON."""
-
-
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
 
 
 class _Malformed(Exception):
@@ -129,9 +121,11 @@ def _documents(path: Path) -> Iterator[tuple[int, Any]]:
     stream.name = str(path)  # yaml puts it in error marks
     read = 0  # documents handed out so far; load_all is lazy, so a YAML error is in the next one
     try:
-        for doc in yaml.load_all(stream, Loader=_Loader):
+        for doc in yamlsafe.load_all(stream):  # timestamps stay text, aliases bounded
             yield read, doc
             read += 1
+    except yamlsafe.AliasExpansionError as exc:
+        raise StateLoadError(f"{path}: document {read}: {exc}") from None
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())
         raise StateLoadError(f"{path}: document {read}: not valid YAML: {problem}") from None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from extender import yamlsafe
 
 #: Location of the sample inside the installed package.
 SAMPLE_PATH: Path = Path(__file__).with_name("sample_cluster.yaml")
@@ -27,5 +27,5 @@ def sample_text() -> str:
 
 def sample_objects() -> list[dict[str, Any]]:
     """The sample's objects, freshly parsed on every call (callers may mutate them); empty documents
-    are skipped."""
-    return [doc for doc in yaml.safe_load_all(sample_text()) if doc]
+    are skipped. Read as state files are (`extender.yamlsafe`: timestamps stay text)."""
+    return [doc for doc in yamlsafe.load_all(sample_text()) if doc]

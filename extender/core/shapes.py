@@ -38,7 +38,17 @@ from extender.index.snapshot import Changes, DeviceIndex
 #: Shapes remembered per index generation (the table starts again when full). A shape keeps
 #: kernel inputs of a row-sized column or a few (about 1-2 MiB at 180,000 device rows), so this
 #: bounds the table to tens of MiB; clusters schedule far fewer distinct shapes at once.
+#: `Settings.claim_shape_cache_size` (`set_shape_cache_size`).
 SHAPES = 32
+
+
+def set_shape_cache_size(size: int) -> None:
+    """How many claim shapes are remembered from now on (wiring: `claim_shape_cache_size`)."""
+    global SHAPES
+    if size < 1:
+        raise ValueError(f"claim shape cache size must be at least 1, not {size}")
+    SHAPES = size
+
 
 ShapeKey = tuple[tuple[str, str], ...]
 #: Items that hold what only their own generation's free mask means (`ranking.Ranker.plan`'s

@@ -113,9 +113,25 @@ REPLAY_LIMIT = 256
 #: (issue 22 item 3). At 40,000 rows a mask is 80 KB: about 800 masks. An evicted mask is
 #: rebuilt from the results cached on the devices.
 MASK_CACHE_BYTES = 64 * 2**20
+#: ... and at most this many masks (`Settings.selector_mask_cache_size`). The byte bound alone let
+#: a small cluster keep tens of thousands (a mask of the sample's 300 rows is about 1 KiB with
+#: its record), so a stream of distinct selector texts grew the process for a long time before
+#: it levelled off (issue 30 item 3).
+MASK_CACHE_ENTRIES = 4096
 #: Bytes of interned attribute columns (`attribute_codes`) one index keeps (LRU), 4 per row each.
 ATTRIBUTE_CODES_BYTES = 32 * 2**20
 _ENTRY_OVERHEAD = 512  # the record, two array headers, the key tuple, the cache entry
+
+
+def set_mask_cache(*, entries: int, max_bytes: int) -> None:
+    """The selector-mask bounds indexes built from now on use (wiring calls this with the
+    settings `selector_mask_cache_size` and `selector_mask_cache_bytes`)."""
+    global MASK_CACHE_ENTRIES, MASK_CACHE_BYTES
+    if entries < 1 or max_bytes < 1:
+        raise ValueError(f"a selector-mask cache needs room: entries={entries}, bytes={max_bytes}")
+    MASK_CACHE_ENTRIES, MASK_CACHE_BYTES = entries, max_bytes
+
+
 #: A `device_column` entry not computed yet (computed on demand).
 UNCOMPUTED = np.iinfo(np.int32).min
 
@@ -514,7 +530,9 @@ class DeviceIndex:
             self._update_nodes(previous, touched)
         else:
             self._gather_nodes(reuse)
-        self._masks: SizedLRU[MaskKey, SelectorMask] = SizedLRU(max_entries=2**20, max_bytes=MASK_CACHE_BYTES)
+        self._masks: SizedLRU[MaskKey, SelectorMask] = SizedLRU(
+            max_entries=MASK_CACHE_ENTRIES, max_bytes=MASK_CACHE_BYTES
+        )
         # What the previous generation derived, for the rows of re-used blocks (`carry_from`);
         # None for an index built from nothing.
         self._carry: _Carry | None = None

@@ -48,7 +48,7 @@ def _env(name: str, value: str) -> Settings:
 def test_the_numeric_fields_are_the_ones_expected():
     """A new numeric setting shows up here (and in test_every_numeric_setting_refuses_...)."""
     assert (
-        len(NUMERIC_FIELDS) == 22
+        len(NUMERIC_FIELDS) == 31
         and "kernel_threads" in NUMERIC_FIELDS
         and "level_distances" in NUMERIC_FIELDS
     )
@@ -206,6 +206,9 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 OWN_CONVERTERS = {
     "listen_port": "from 0 to 65535",
     "max_body_bytes": "from 1 to 1Gi",
+    "selector_mask_cache_bytes": "from 1 to 1Gi",
+    "evaluation_cache_bytes": "from 1 to 1Gi",
+    "pods_seen_cache_bytes": "from 1 to 1Gi",
     "level_distances": "at most 1000",
     "kernel_threads": "NUMBA_NUM_THREADS",
 }
