@@ -87,7 +87,8 @@ def test_shape_label_names_classes_and_counts_sorted():
     }
     other = {"metadata": {"name": "d"}, "spec": {"devices": {"requests": [{"name": "x", "exactly": {}}]}}}
     specs = [parse_claim(claim), parse_claim(other)]
-    assert shape_label(specs) == "(h100.nvidia.com:2|mig.nvidia.com:1)+:1+gpu.example.com:3+tpu.google.com:all"
+    expected = "(h100.nvidia.com:2|mig.nvidia.com:1)+:1+gpu.example.com:3+tpu.google.com:all"
+    assert shape_label(specs) == expected
     assert shape_label([]) == "none"
 
 
