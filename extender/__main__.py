@@ -108,7 +108,8 @@ def _serve_kube(settings: Settings, ssl_context: ssl.SSLContext | None) -> int:
             return _fail(f"--kube: {exc}")
         _log_version(settings, f"the API server's /version ({git_version})")
     placement, binder, source = wiring.build_kube_services(settings, api_client=api_client)
-    app = make_app(settings, placement=placement, binder=binder)
+    leader = binder.elector.is_leader if binder.elector is not None else None
+    app = make_app(settings, placement=placement, binder=binder, leader=leader)
     _add_dashboard(app, settings, placement)
     # list+watch, then the leader election, on the app's loop; /readyz waits for the sync
     app.cleanup_ctx.append(wiring.kube_app_context(placement, source, binder))

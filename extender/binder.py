@@ -31,7 +31,7 @@ from extender.core.placement import Placement
 from extender.errors import AllocationError
 from extender.objects import Obj
 from extender.pods import Pod, parse_pod
-from extender.verdicts import ERROR, OK, BindOutcome
+from extender.verdicts import ERROR, OK, BindOutcome, Placed
 from extender.worker import WorkTimeout
 
 log = logging.getLogger(__name__)
@@ -59,18 +59,22 @@ class InMemoryBinder:
         deadline = self._placement.filter_timeout_seconds
         async with self._lock:
             try:
-                error: str = await self._placement.worker.run(call, start_timeout=deadline)
+                error, placed = await self._placement.worker.run(call, start_timeout=deadline)
             except WorkTimeout as exc:
                 error = (
                     f"bind of pod {namespace}/{name} {exc} (filter_timeout_seconds); the scheduler retries"
                 )
-        return BindOutcome(error, ERROR if error else OK)
+                placed = None
+        return BindOutcome(error, ERROR if error else OK, None if error else placed)
 
-    def _bind_or_explain(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+    def _bind_or_explain(
+        self, *, namespace: str, name: str, uid: str, node: str
+    ) -> tuple[str, Placed | None]:
+        """(the error, "" when bound; what was placed, None when nothing was)."""
         try:
             return self._bind(namespace=namespace, name=name, uid=uid, node=node)
         except (AllocationError, _UnknownPod) as exc:
-            return str(exc)
+            return str(exc), None
 
     def _find_pod(self, namespace: str, name: str, uid: str) -> Pod:
         """The pod bind names, from the state or the pods seen; raises `_UnknownPod` with the
@@ -98,23 +102,25 @@ class InMemoryBinder:
             f"recently (this extender remembers the last {PODS_SEEN_SIZE} pods it filtered)"
         )
 
-    def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> str:
+    def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> tuple[str, Placed | None]:
         pod = self._find_pod(namespace, name, uid)
         bound_to = pod.node_name
         if bound_to:
-            return "" if bound_to == node else f"pod {namespace}/{name} is already bound to node {bound_to}"
+            if bound_to == node:
+                return "", None  # an earlier bind placed it
+            return f"pod {namespace}/{name} is already bound to node {bound_to}", None
         if not profiles.places(self._scheduler_names, pod):
             claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
             refusal = profiles.bind_refusal(self._scheduler_names, pod, claims)
             if refusal:
-                return refusal
+                return refusal, None
         try:
             choice = self._placement.choose_for_bind(
                 pod, node, wording=binding.IN_MEMORY,
                 extended_resources=profiles.places(self._scheduler_names, pod),
             )  # fmt: skip
         except binding.BindRefusal as exc:
-            return exc.message
+            return exc.message, None
         claims, allocations = choice.claims, choice.allocations
         consumer = {"resource": "pods", "name": pod.name or name, "uid": pod.uid or uid}
         created: Obj | None = None
@@ -158,7 +164,7 @@ class InMemoryBinder:
                 for ref, a in zip(written, allocations, strict=True)
             ),
         )
-        return ""
+        return "", choice.placed
 
 
 class _UnknownPod(Exception):

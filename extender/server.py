@@ -53,7 +53,7 @@ from extender.errors import ExtenderError, IndexNotReady, InvalidRequest
 from extender.pods import Pod, parse_pod
 from extender.settings import Settings
 from extender.telemetry import DURATION_BUCKETS, Metrics
-from extender.verdicts import BindService, FilterVerdict, HostScore, HostScores, PlacementService
+from extender.verdicts import BindService, FilterVerdict, HostScore, HostScores, Placed, PlacementService
 from extender.worker import PlacementWorker, WorkTimeout
 
 __all__ = ["DURATION_BUCKETS", "VERBS", "Metrics", "make_app"]
@@ -331,6 +331,7 @@ async def handle_bind(request: web.Request) -> web.Response:
         args = wire.decode_binding_args(body)
     outcome.namespace, outcome.name, outcome.uid = args["PodNamespace"], args["PodName"], args["PodUID"]
     outcome.node, outcome.nodes_in = args["Node"], 1
+    placed: Placed | None = None
     try:
         if not request.app[PLACEMENT_KEY].ready():
             raise IndexNotReady("the device inventory is not loaded or synced yet")
@@ -338,6 +339,7 @@ async def handle_bind(request: web.Request) -> web.Response:
             namespace=args["PodNamespace"], name=args["PodName"], uid=args["PodUID"], node=args["Node"]
         )
         error, outcome.reason = result.error, telemetry.bind_reason(result)
+        placed = result.placed if not error else None
     except IndexNotReady as exc:
         outcome.reason, error = verdicts.NOT_READY, f"{NOT_READY}: {exc}"
     except Exception as exc:
@@ -345,6 +347,8 @@ async def handle_bind(request: web.Request) -> web.Response:
         outcome.reason = telemetry.bind_reason(exc)
         error = f"internal error in bind: {type(exc).__name__}: {exc}"
     request.app[METRICS_KEY].bind_outcomes.labels(outcome.reason).inc()
+    if placed is not None:
+        request.app[METRICS_KEY].count_placed(placed)
     outcome.error, outcome.nodes_out = error, 0 if error else 1
     with _child(telemetry.SPAN_ENCODE):
         answer = wire.encode_binding_result(error)
@@ -577,6 +581,7 @@ def make_app(
     binder: BindService,
     registry: CollectorRegistry | None = None,
     tracer_provider: trace.TracerProvider | None = None,
+    leader: Callable[[], bool] | None = None,
 ) -> web.Application:
     """Build the extender's aiohttp application; the only place where the HTTP side is wired.
 
@@ -593,6 +598,8 @@ def make_app(
             cleanup. None uses the global provider if one is installed when the app is built
             (`telemetry.configure_tracing(..., set_global=True)`; flushed on cleanup) and
             otherwise traces nothing.
+        leader: whether this replica holds the leader Lease (leader election on), exported as
+            `dra_extender_leader`; None: no such metric.
 
     Returns:
         The application, ready for `web.run_app` or a test client.
@@ -607,7 +614,7 @@ def make_app(
     app[SETTINGS_KEY] = settings
     app[PLACEMENT_KEY] = placement
     app[BINDER_KEY] = binder
-    app[METRICS_KEY] = Metrics.create(registry, placement=placement)
+    app[METRICS_KEY] = Metrics.create(registry, placement=placement, leader=leader)
     app[TRACING_KEY] = _tracing_for(tracer_provider)
     app[_NOTICES_KEY] = set()
     worker = placement.worker

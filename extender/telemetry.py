@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from extender import __version__, verdicts
+from extender import __version__, cgroup, verdicts
 from extender.errors import KubeAPIError
 from extender.settings import Settings
 from extender.verdicts import PlacementService, PlacementStats
@@ -83,6 +83,11 @@ DURATION_BUCKETS: tuple[float, ...] = (
 FILTER_NODE_RESULTS: tuple[str, ...] = ("passed", "failed", "unresolvable")
 FILTER_ERROR_REASONS: tuple[str, ...] = ("not_ready", "timeout", "error")
 PRIORITIZE_NODE_RESULTS: tuple[str, ...] = ("scored", "zero")
+#: Distinct `shape` label values of the placed-pods counter; later shapes count as OTHER_SHAPE,
+#: and so does a shape label longer than MAX_SHAPE_LABEL (a pod with dozens of requests).
+MAX_PLACED_SHAPES = 64
+MAX_SHAPE_LABEL = 200
+OTHER_SHAPE = "other"
 
 
 # ===================================================================== tracing
@@ -238,14 +243,27 @@ class Metrics:
     filter_errors: Counter
     prioritize_nodes: Counter
     bind_outcomes: Counter
+    placed_pods: Counter
+    #: The `shape` values `placed_pods` has (at most MAX_PLACED_SHAPES); written on the event loop.
+    placed_shapes: set[str]
 
     @classmethod
-    def create(cls, registry: CollectorRegistry, *, placement: PlacementService | None = None) -> Metrics:
+    def create(
+        cls,
+        registry: CollectorRegistry,
+        *,
+        placement: PlacementService | None = None,
+        leader: Callable[[], bool] | None = None,
+        memory_limit: Callable[[], int | None] = cgroup.memory_limit_bytes,
+    ) -> Metrics:
         """Register the collectors on `registry` (once per registry).
 
         Args:
             registry: where to register.
             placement: when given, a `StateCollector` over it is registered too.
+            leader: when given (leader election is on), `dra_extender_leader` reports it.
+            memory_limit: the memory limit in bytes or None, read at scrape time
+                (`dra_extender_memory_limit_bytes`; default: the process's cgroup).
         """
 
         def counter(name: str, doc: str, label: str | None = None, values: Iterable[str] = ()) -> Counter:
@@ -297,10 +315,31 @@ class Metrics:
                 "reason",
                 verdicts.BIND_REASONS,
             ),
+            placed_pods=Counter(
+                "dra_extender_placed_pods",
+                "Pods bound with their claims allocated by this process, by shape (device class:count "
+                "of each request) and method (exact, bounded, first-fit, partition, none).",
+                ["shape", "method"],
+                registry=registry,
+            ),
+            placed_shapes=set(),
         )
         if placement is not None:
             registry.register(StateCollector(ready=placement.ready, stats=placement.stats))
+        if leader is not None:
+            registry.register(LeaderCollector(leader))
+        registry.register(MemoryLimitCollector(memory_limit))
         return metrics
+
+    def count_placed(self, placed: verdicts.Placed) -> None:
+        """Count one placed pod; shapes past the first MAX_PLACED_SHAPES count as OTHER_SHAPE."""
+        shape = placed.shape
+        if shape not in self.placed_shapes:
+            if len(self.placed_shapes) >= MAX_PLACED_SHAPES or len(shape) > MAX_SHAPE_LABEL:
+                shape = OTHER_SHAPE
+            else:
+                self.placed_shapes.add(shape)
+        self.placed_pods.labels(shape, placed.method).inc()
 
 
 def bind_reason(outcome: verdicts.BindOutcome | BaseException) -> str:
@@ -380,6 +419,20 @@ class StateCollector(Collector):
         yield _counter(
             "dra_extender_kernel_calls", "Calls of the topology scoring kernels.", float(stats.kernel_calls)
         )
+        yield _counter(
+            "dra_extender_index_builds", "Device index generations built.", float(stats.index_builds)
+        )
+        yield _counter(
+            "dra_extender_index_build_seconds",
+            "Time spent building device index generations.",
+            float(stats.index_build_seconds),
+        )
+        last_build = GaugeMetricFamily(
+            "dra_extender_index_last_build_seconds", "How long the last device index build took."
+        )
+        if stats.index_last_build_seconds is not None:
+            last_build.add_metric([], stats.index_last_build_seconds)
+        yield last_build
         if stats.source is not None:
             yield from self._source_metrics(stats.source)
 
@@ -451,6 +504,49 @@ class StateCollector(Collector):
                 "1 when every watch has listed and is current.",
                 float(bool(stats["synced"])),
             )
+
+
+class LeaderCollector(Collector):
+    """`dra_extender_leader`: 1 while this replica holds the leader Lease (and so binds), read
+    at scrape time; registered only when leader election is on."""
+
+    def __init__(self, is_leader: Callable[[], bool]) -> None:
+        self._is_leader = is_leader
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        leading = _read(self._is_leader, "is_leader")
+        if leading is not None:
+            yield _gauge(
+                "dra_extender_leader",
+                "1 while this replica holds the leader Lease (only the leader binds), else 0.",
+                float(bool(leading)),
+            )
+
+
+class MemoryLimitCollector(Collector):
+    """`dra_extender_memory_limit_bytes`: the memory limit of the process's cgroup, read at scrape
+    time (an in-place resize changes it). The family is always exported; it has a sample only
+    when there is a limit, so `process_resident_memory_bytes / dra_extender_memory_limit_bytes`
+    is empty (and alerts nothing) for a process without one."""
+
+    def __init__(self, limit: Callable[[], int | None]) -> None:
+        self._limit = limit
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "dra_extender_memory_limit_bytes",
+            "Memory limit of the process's cgroup (the container's limits.memory); no sample without one.",
+        )
+        limit = _read(self._limit, "memory_limit")
+        if limit is not None:
+            family.add_metric([], float(limit))
+        yield family
 
 
 def _read(method: Callable[[], T], name: str) -> T | None:

@@ -105,6 +105,9 @@ class PlacementStats:
     kernel_seconds: float = 0.0  # time inside the topology kernels since start
     kernel_calls: int = 0
     source: Mapping[str, Any] | None = None  # the watch source's `stats()` (kube mode), else None
+    index_builds: int = 0  # device index generations built since start
+    index_build_seconds: float = 0.0  # time spent building them
+    index_last_build_seconds: float | None = None  # the last build's time (None: none yet)
 
 
 class PlacementService(Protocol):
@@ -169,16 +172,39 @@ BIND_REASONS: tuple[str, ...] = (
 )
 
 
+#: `Placed.method` of a bind that allocated nothing (the pod's claims were allocated already, or
+#: it has none); the other methods are the scoring's (`extender.core.scoring`: exact, bounded,
+#: first-fit, partition).
+NOTHING_ALLOCATED = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """What a successful bind placed: the labels of `dra_extender_placed_pods_total`.
+
+    `shape` names the device requests of the pod's pending claims by class and count
+    (`extender.core.shapes.shape_label`; "none" when nothing was pending); `method` says how
+    the devices were chosen: the topology kernel's set (`exact`, `bounded`), a single partition
+    (`partition`), upstream's first fit (`first-fit`), or `none` (nothing allocated).
+    """
+
+    shape: str
+    method: str
+
+
 @dataclass(frozen=True, slots=True)
 class BindOutcome:
     """The outcome of one bind call.
 
     `error` is what kube-scheduler gets in the binding result: "" means bound. `reason` is one
     of BIND_REASONS and only labels the metric and the span; it never reaches the scheduler.
+    `placed` is set by a bind that wrote the pod's placement (None for a refusal, and for a pod
+    an earlier bind had already bound).
     """
 
     error: str
     reason: str
+    placed: Placed | None = None
 
 
 class BindService(Protocol):

@@ -109,7 +109,8 @@ TARGETS: dict[str, Target] = {
             "promtool",
             TESTS / "e2e/gomod/promtool",
             "v0.316.0",
-            ("github.com/prometheus/prometheus/cmd/promtool",),
+            # promqlnames (ours): Prometheus' parser naming the metrics of each expression
+            ("github.com/prometheus/prometheus/cmd/promtool", "./promqlnames"),
         ),
         Target("oracle-1.36", TESTS / "oracle", "v0.36.3", (".",), modfile="go.mod"),
         Target("oracle-1.37", TESTS / "oracle", "v0.37.2", (".",), modfile="go137.mod"),

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, cast
 
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.model import DeviceID
+from extender.allocator.requests import ALL, ClaimSpec, RequestSpec
 from extender.allocator.results import ClaimAllocation
 from extender.claims import Claim, PodClaims, allocation_fits_node, resolve_pod_claims
 from extender.core import extended
@@ -29,7 +30,7 @@ from extender.core.searching import Search
 from extender.core.view import ClusterView
 from extender.index.snapshot import DeviceIndex
 from extender.pods import ExtendedClaim, Pod
-from extender.verdicts import CLAIM_GONE, NO_FIT, NODE_GONE
+from extender.verdicts import CLAIM_GONE, NO_FIT, NODE_GONE, NOTHING_ALLOCATED, Placed
 
 if TYPE_CHECKING:
     from extender.core.placement import Placement
@@ -60,6 +61,10 @@ class BindRefusal(Exception):
         self.reason = reason
 
 
+#: What a bind with no pending claim places (its claims were allocated already, or it has none).
+NOTHING_PLACED = Placed(NOTHING_ALLOCATED, NOTHING_ALLOCATED)
+
+
 @dataclass(frozen=True, slots=True)
 class BindChoice:
     """The pod's claims as resolved for this bind and what to write into the pending ones."""
@@ -69,6 +74,8 @@ class BindChoice:
     #: The claim to create for the pod's extended resources (`extender.core.extended`): the
     #: last of `claims.pending`, named `extended.IN_MEMORY_NAME`; None when there is none.
     extended: ExtendedClaim | None = None
+    #: What the bind places (the labels of the placed-pods metric); nothing pending: "none".
+    placed: Placed = NOTHING_PLACED
 
 
 def problem_reason(problem: str) -> str:
@@ -125,18 +132,47 @@ def choose_for_bind(
     if verdict is None or not evaluation.passed(node):
         why = verdict.reason if verdict is not None else "not evaluated"
         raise BindRefusal(f"pod {ref} cannot be bound to node {node}: {why}", NO_FIT)
-    allocations = placement.choose_allocations(evaluation, node)
+    allocations, method = placement.choose_allocations_and_method(evaluation, node)
     if allocations is None:
         raise BindRefusal(f"pod {ref}: cannot allocate all claims on node {node}", NO_FIT)
     if len(allocations) != len(evaluation.claims.pending):
         raise BindRefusal(f"pod {ref}: the allocator returned no allocation for some claims", NO_FIT)
-    return BindChoice(claims, allocations, pod.extended)
+    return BindChoice(claims, allocations, pod.extended, Placed(shape_label(evaluation.specs), method))
+
+
+def shape_label(specs: list[ClaimSpec]) -> str:
+    """The pod's device requests by class and count, for a metric label: `class:count` per
+    request (`class:all` for allocationMode All; a firstAvailable request lists its
+    alternatives as `(a:1|b:1)`), sorted and joined with `+`; "none" without requests.
+
+    Selectors, capacity requests, constraints and names are left out: the label says what kind
+    of devices and how many, and stays one of few values in a cluster (the metric caps them)."""
+    parts = []
+    for claim in specs:
+        for request in claim.requests:
+            if request.exactly is not None:
+                parts.append(_request_label(request.exactly))
+            else:
+                parts.append("(" + "|".join(_request_label(s) for s in request.first_available) + ")")
+    return "+".join(sorted(parts)) or NOTHING_ALLOCATED
+
+
+def _request_label(spec: RequestSpec) -> str:
+    return f"{spec.class_name}:{'all' if spec.mode == ALL else spec.count}"
 
 
 def choose_allocations(
     evaluation: PodEvaluation, name: str, *, view: ClusterView, ranker: Ranker, search: Search
 ) -> list[ClaimAllocation] | None:
-    """The allocation bind writes on a node that passed: the set prioritize scored best.
+    """The allocation bind writes on a node that passed (`choose_allocations_and_method`)."""
+    return choose_allocations_and_method(evaluation, name, view=view, ranker=ranker, search=search)[0]
+
+
+def choose_allocations_and_method(
+    evaluation: PodEvaluation, name: str, *, view: ClusterView, ranker: Ranker, search: Search
+) -> tuple[list[ClaimAllocation] | None, str]:
+    """The allocation bind writes on a node that passed: the set prioritize scored best; and
+    how it was chosen (the score's method, or `FIRST_FIT` where upstream's first fit is written).
 
     One ClaimAllocation per pending claim, in `evaluation.claims.pending` order; None if the
     node cannot hold the pod's claims any more. A kernel-chosen set is turned into claim
@@ -146,30 +182,32 @@ def choose_allocations(
     search disagree with the kernel, upstream's first-fit allocation over the node is written.
     """
     if not evaluation.specs:
-        return []
+        return [], NOTHING_ALLOCATED
     score = ranker.scores(evaluation, [name]).get(name)
     index = view.index()
     if score is not None and score.method == FIRST_FIT and _kernel_first_fit(evaluation, name, score.rows):
         # The first-fit kernel's set is upstream's first-fit set: upstream's search over just those
         # devices takes them in the same order (a fraction of a search over the whole node).
         verified = search.only(evaluation, index, name, score.rows, in_order=True)
-        return verified if verified is not None else search.allocations_on(evaluation, name)
+        return (verified if verified is not None else search.allocations_on(evaluation, name)), FIRST_FIT
     if score is None or score.method == FIRST_FIT:
-        return search.allocations_on(evaluation, name)
+        return search.allocations_on(evaluation, name), FIRST_FIT
     if score.method == PARTITION:  # one device: upstream's search over just that partition
         verified = search.one_device(evaluation, index, name, int(score.rows[0]))
-        return verified if verified is not None else search.allocations_on(evaluation, name)
+        if verified is not None:
+            return verified, PARTITION
+        return search.allocations_on(evaluation, name), FIRST_FIT
     chosen = {index.row_device[row].id for row in score.rows}
     result = _restricted(evaluation, index, name, chosen, view=view, search=search)
     if result is not None and {r.device.id for a in result for r in a.devices} == chosen:
-        return result
+        return result, score.method
     log.warning(
         "node %s: upstream's search rejects the topology choice %s for claims %s; writing first-fit",
         name,
         sorted(d.device for d in chosen),
         ", ".join(s.ref for s in evaluation.specs),
     )
-    return search.allocations_on(evaluation, name)
+    return search.allocations_on(evaluation, name), FIRST_FIT
 
 
 def _kernel_first_fit(evaluation: PodEvaluation, name: str, rows: tuple[int, ...]) -> bool:

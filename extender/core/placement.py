@@ -123,6 +123,9 @@ class Placement:
             kernel_seconds=self.kernels.seconds_total,
             kernel_calls=self.kernels.calls_total,
             source=source,
+            index_builds=self.view.index_builds,
+            index_build_seconds=self.view.index_build_seconds,
+            index_last_build_seconds=self.view.index_last_build_seconds,
         )
 
     def set_source_stats(self, source_stats: Callable[[], dict[str, Any]]) -> None:
@@ -221,6 +224,14 @@ class Placement:
     def choose_allocations(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
         """The allocations bind writes on a node that passed (`binding.choose_allocations`)."""
         return binding.choose_allocations(
+            evaluation, name, view=self.view, ranker=self.ranker, search=self.search
+        )
+
+    def choose_allocations_and_method(
+        self, evaluation: PodEvaluation, name: str
+    ) -> tuple[list[ClaimAllocation] | None, str]:
+        """The allocations bind writes and how they were chosen (`binding.choose_allocations_and_method`)."""
+        return binding.choose_allocations_and_method(
             evaluation, name, view=self.view, ranker=self.ranker, search=self.search
         )
 

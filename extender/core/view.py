@@ -71,6 +71,11 @@ class ClusterView:
         self._free: np.ndarray = np.zeros(0, dtype=bool)
         self._free_serial = -1  # `DeviceIndex.serial` of the index `_free` was made for
         self._ledger = HeldLedger()
+        #: Index builds so far and their total and last duration, for /metrics (written on the
+        #: worker thread, read at scrape time: single attribute reads).
+        self.index_builds = 0
+        self.index_build_seconds = 0.0
+        self.index_last_build_seconds: float | None = None
 
     def index(self) -> DeviceIndex:
         """The device index for the current device generation (rebuilt when it changed)."""
@@ -81,12 +86,16 @@ class ClusterView:
                 self._index = build_index(
                     self.state, self.features, previous=self._index, topology=self._topology
                 )
+            took = time.perf_counter() - started
+            self.index_builds += 1
+            self.index_build_seconds += took
+            self.index_last_build_seconds = took
             log.info(
                 "device index generation %d: %d nodes, %d device rows, built in %.1f ms",
                 self._index.generation,
                 len(self._index.node_names),
                 self._index.num_rows,
-                (time.perf_counter() - started) * 1000,
+                took * 1000,
             )
         return self._index
 

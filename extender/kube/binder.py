@@ -87,6 +87,7 @@ from extender.verdicts import (
     POD_GONE,
     TIMEOUT,
     BindOutcome,
+    Placed,
 )
 from extender.worker import WorkTimeout
 
@@ -201,7 +202,7 @@ class KubeBinder:
         task = asyncio.ensure_future(self._bind(namespace=namespace, name=name, uid=uid, node=node))
         try:
             # Shielded: a cancelled handler must not interrupt writes or their undo.
-            await asyncio.shield(task)
+            placed = await asyncio.shield(task)
         except asyncio.CancelledError:
             task.add_done_callback(functools.partial(_log_orphan, f"{namespace}/{name}", node))
             raise
@@ -211,7 +212,7 @@ class KubeBinder:
         except KubeAPIError as exc:
             log.warning("bind pod=%s/%s node=%s: API error: %s", namespace, name, node, api.describe(exc))
             return BindOutcome(f"pod {namespace}/{name}: API error: {api.describe(exc)}", API_ERROR)
-        return BindOutcome("", OK)
+        return BindOutcome("", OK, placed)
 
     def _check_leader(self) -> None:
         """Refuse unless leading. Checked before every write, not only at the start: a bind
@@ -226,20 +227,21 @@ class KubeBinder:
         )
 
     # ------------------------------------------------------------------ the bind
-    async def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> None:
+    async def _bind(self, *, namespace: str, name: str, uid: str, node: str) -> Placed | None:
+        """Bind; returns what it placed (None: an earlier bind had placed the pod)."""
         pod = await self._find_pod(namespace, name, uid)
         pod_uid = pod.uid or uid
         bound_to = pod.node_name
         if bound_to:
             if bound_to == node:
-                return  # an earlier bind succeeded but its answer was lost: idempotent
+                return None  # an earlier bind succeeded but its answer was lost: idempotent
             raise BindFailure(f"pod {namespace}/{name} is already bound to node {bound_to}", CONFLICT)
         consumer = {"resource": "pods", "name": pod.name or name, "uid": pod_uid}
         worker = self._placement.worker
         deadline = self._placement.filter_timeout_seconds
         async with self._choose_lock:
             try:  # dropped only before it starts: the choose step assumes devices
-                writes, assumed, mappings = await worker.run(
+                writes, assumed, mappings, placed = await worker.run(
                     self._choose, pod, node, consumer, start_timeout=deadline
                 )
             except WorkTimeout as exc:
@@ -282,10 +284,11 @@ class KubeBinder:
             ", ".join(w.ref for w in writes if w.allocation is not None) or "no claims",
             ", ".join(w.ref for w in writes if w.allocation is None) or "no shared claims",
         )
+        return placed
 
     def _choose(
         self, pod: Pod, node: str, consumer: dict[str, str]
-    ) -> tuple[list[_ClaimWrite], list[str], tuple[Mapping[str, str], ...]]:
+    ) -> tuple[list[_ClaimWrite], list[str], tuple[Mapping[str, str], ...], Placed]:
         """Decide what to write and assume the chosen devices; runs under `_choose_lock`.
 
         Everything here is synchronous on purpose: no other bind can interleave between the
@@ -334,7 +337,8 @@ class KubeBinder:
                     create=create,
                 )
             )
-        return writes, assumed, choice.extended.mappings if choice.extended is not None else ()
+        mappings = choice.extended.mappings if choice.extended is not None else ()
+        return writes, assumed, mappings, choice.placed
 
     def _reservation(self, claim: Claim, consumer: dict[str, str]) -> _ClaimWrite | None:
         """The write that adds the pod to an allocated claim's reservedFor (None: already there)."""
