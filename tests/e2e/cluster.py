@@ -701,15 +701,25 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def running(work: Path | None = None, version: str = KUBERNETES_VERSION) -> Iterator[ControlPlane]:
+def running(
+    work: Path | None = None,
+    version: str = KUBERNETES_VERSION,
+    *,
+    name: str = "",
+    kind: type[ControlPlane] = ControlPlane,
+) -> Iterator[ControlPlane]:
+    """A started control plane (of `kind`) in `work`, or in a new temporary directory named after
+    `name` and the version that is removed afterwards unless `DRA_E2E_KEEP` is set."""
     owned = work is None
-    directory = work or Path(tempfile.mkdtemp(prefix="dra-e2e-"))
-    plane = ControlPlane(directory, version)
+    directory = work or Path(tempfile.mkdtemp(prefix=f"dra-e2e-{name + '-' if name else ''}{version}-"))
+    plane = kind(directory, version)
     try:
         yield plane.start()
     finally:
         plane.stop()
-        if owned and not os.environ.get("DRA_E2E_KEEP"):
+        if os.environ.get("DRA_E2E_KEEP"):
+            print(f"\nend-to-end logs kept in {directory}")
+        elif owned:
             shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -14,20 +14,16 @@ for the other version.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e import objects
-from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, object_path
+from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, object_path, running
 
 ALLOCATOR_SCHEDULER = "dra-topology-scheduler"
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -61,18 +57,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session", params=KUBERNETES_VERSIONS, ids=lambda v: f"k8s-{v}")
 def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     """The control plane of one Kubernetes version (the fixture's parameter)."""
-    work = Path(tempfile.mkdtemp(prefix=f"dra-e2e-{request.param}-"))
-    control = ControlPlane(work, request.param)
-    try:
-        control.start()
+    with running(version=request.param) as control:
         objects.publish(control.kube, objects.sample_fleet())
         yield control
-    finally:
-        control.stop()
-        if os.environ.get("DRA_E2E_KEEP"):
-            print(f"\nend-to-end logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 60.0, every: float = 0.25) -> Any:

@@ -15,19 +15,15 @@ A control plane of its own (a generated fleet cannot share the session's sample 
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from loadtests.fleet import generate_mixed_cluster
 from loadtests.generate import NAMESPACE, POD_CLAIM, SHAPE_LABEL
 from tests.e2e import objects
-from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, collection_path
+from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, collection_path, running
 from tests.e2e.conftest import ALLOCATOR_SCHEDULER, failed_scheduling, filter_calls, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -42,20 +38,11 @@ SETTLE = 10.0
 @pytest.fixture(scope="module", params=KUBERNETES_VERSIONS, ids=lambda v: f"k8s-{v}")
 def burst_plane(request: pytest.FixtureRequest) -> Iterator[tuple[ControlPlane, list[str]]]:
     """A control plane of its own per Kubernetes version, with the generated 40-node fleet."""
-    work = Path(tempfile.mkdtemp(prefix=f"dra-e2e-burst-{request.param}-"))
-    plane = ControlPlane(work, request.param)
-    try:
-        plane.start()
+    with running(version=request.param, name="burst") as plane:
         generated, pending = generate_mixed_cluster(nodes=NODES, seed=SEED, pods=PODS)
         objects.publish_fleet(plane.kube, generated)
         plane.use("allocator")
         yield plane, [p["metadata"]["labels"][SHAPE_LABEL] for p in pending]
-    finally:
-        plane.stop()
-        if os.environ.get("DRA_E2E_KEEP"):
-            print(f"\nend-to-end logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def test_bound_pods_carry_no_failed_scheduling_and_few_filters(

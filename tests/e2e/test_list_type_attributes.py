@@ -18,18 +18,14 @@ devices whose `numa` attribute is a list of ints.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
 from tests.e2e import objects
-from tests.e2e.cluster import EXTENDER_SERVICE, EXTENDERS, KUBERNETES_VERSIONS, ControlPlane, Process
+from tests.e2e.cluster import EXTENDER_SERVICE, EXTENDERS, KUBERNETES_VERSIONS, ControlPlane, Process, running
 from tests.e2e.conftest import ALLOCATOR_SCHEDULER, DEFAULT_SCHEDULER, wait_until
 
 pytestmark = [
@@ -114,10 +110,7 @@ def _fleet() -> list[dict[str, Any]]:
 @pytest.fixture(scope="module", params=KUBERNETES_VERSIONS, ids=lambda v: f"k8s-{v}")
 def gated(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     """A control plane of its own per Kubernetes version, with DRAListTypeAttributes on."""
-    work = Path(tempfile.mkdtemp(prefix=f"dra-e2e-lists-{request.param}-"))
-    plane = _GatedPlane(work, request.param)
-    try:
-        plane.start()
+    with running(version=request.param, name="lists", kind=_GatedPlane) as plane:
         objects.publish(plane.kube, _fleet())
         for stored in objects.list_of(plane.kube, "ResourceSlice"):
             kept = {d["name"]: d.get("attributes", {}).get("numa") for d in stored["spec"]["devices"]}
@@ -125,12 +118,6 @@ def gated(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
                 f"the API server dropped the lists: {kept}"
             )
         yield plane
-    finally:
-        plane.stop()
-        if os.environ.get("DRA_E2E_KEEP"):
-            print(f"\nend-to-end logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _claim(count: int, constraint: str | None, selector: str | None = None) -> dict[str, Any]:
