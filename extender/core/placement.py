@@ -83,8 +83,8 @@ class Placement:
         self.evaluations = Evaluations()
         self.gangs = gang.Gangs(
             gang_settings or gang.GangSettings(), state=state, index=self.view.index, assumed=assumed,
-            seen=self.evaluations.seen, clock=clock,
-        )  # fmt: skip
+            seen=self.seen_pod, clock=clock,
+        )  # fmt: skip  (seen_pod reads `evaluations` per call: wiring replaces it with a bounded one)
         #: The thread the server and the binders run this placement's work on (started lazily).
         self.worker = worker or PlacementWorker()
 
