@@ -28,6 +28,7 @@ fault-free test, which must bind them all), so "every schedulable pod bound" is 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -45,7 +46,7 @@ from extender.quantity import Quantity
 from loadtests.fleet import generate_mixed_cluster
 from loadtests.generate import NAMESPACE, POD_CLAIM, SHAPE_LABEL
 from tests.e2e import objects
-from tests.e2e.cluster import EXTENDERS, ControlPlane, collection_path, free_port
+from tests.e2e.cluster import EXTENDERS, ControlPlane, collection_path, free_port, object_path
 from tests.e2e.conftest import (
     ALLOCATOR_SCHEDULER,
     failed_scheduling,
@@ -391,10 +392,26 @@ def _restart_exited(fleet: Fleet) -> None:
         plane.start_scheduler("allocator")
 
 
+def _scheduler_lease_holder(plane: ControlPlane) -> str:
+    """The identity holding kube-scheduler's Lease ('' when none)."""
+    lease = plane.kube.request("GET", object_path("Lease", "kube-scheduler", "kube-system"), ok=(200, 404))
+    return str((lease or {}).get("spec", {}).get("holderIdentity") or "")
+
+
 def _replicas_running(fleet: Fleet) -> None:
-    """Both extender replicas and kube-scheduler running, one replica leading."""
+    """Both extender replicas and kube-scheduler running, one replica leading, and the running
+    kube-scheduler holding its own Lease (a restarted one first waits out its predecessor's:
+    a burst created before would measure that wait, not the fault)."""
+    dead_holder = _scheduler_lease_holder(fleet.plane)
+    restarted = fleet.restarts["kube-scheduler"]
     _restart_exited(fleet)
     wait_until("a replica holds the Lease", lambda: lease_holder(fleet.plane), timeout=60)
+    if fleet.restarts["kube-scheduler"] != restarted:
+        wait_until(
+            "the restarted kube-scheduler holds its Lease",
+            lambda: _scheduler_lease_holder(fleet.plane) not in ("", dead_holder),
+            timeout=60,
+        )
 
 
 def _run_fault(fleet: Fleet, tag: str, fault: Callable[[], None]) -> None:
@@ -409,8 +426,55 @@ def _run_fault(fleet: Fleet, tag: str, fault: Callable[[], None]) -> None:
         _delete_some(fleet, burst)
         fleet.recoveries[tag] = round(_wait_all_bound(fleet, burst, since=ended), 1)
         _settle(fleet, burst)
+    except AssertionError:
+        print(_diagnosis(fleet, burst))
+        raise
     finally:
         _clean_up(fleet, burst)
+
+
+#: Log lines of every request, left out of a failure's diagnosis (the rest says what happened).
+_ROUTINE = re.compile(
+    r'"msg":"(filter|prioritize|bind) pod=|GET /|POST /|"Attempting to bind|Successfully bound'
+)
+
+
+def _diagnosis(fleet: Fleet, burst: Burst) -> str:
+    """What a failed fault test prints (CI keeps no work directory): which programs run, who
+    holds each Lease, the burst's pods by PodScheduled reason and phase, and the last lines of
+    each program's log that are not routine requests."""
+    plane = fleet.plane
+    lines = ["", f"--- diagnosis of burst {burst.tag}"]
+    for name, process in sorted(plane.processes.items()):
+        code = process.popen.poll()
+        lines.append(f"{name}: {'running' if code is None else f'exited {code}'}")
+    try:
+        holders = f"extender {lease_holder(plane)!r}, kube-scheduler {_scheduler_lease_holder(plane)!r}"
+        lines.append(f"Lease holders: {holders}")
+        pods = _pods(fleet, burst)
+        reasons: Counter[str] = Counter()
+        for pod in pods.values():
+            status = pod.get("status", {})
+            scheduled: Obj = next(
+                (c for c in status.get("conditions", []) if c.get("type") == "PodScheduled"), {}
+            )
+            reason, message = scheduled.get("reason", "-"), scheduled.get("message", "")[:160]
+            reasons[f"{status.get('phase')} {reason}: {message}"] += 1
+        lines.append(f"pods of the burst ({len(pods)}), bound {len(_bound(pods))}:")
+        lines.extend(f"  {count} x {reason}" for reason, count in reasons.most_common(8))
+        claims = plane.kube.get(f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims")["items"]
+        lines.append(f"claims in {NAMESPACE}: {len(claims)}")
+    except Exception as exc:  # the API server may be what failed
+        lines.append(f"reading the API server failed: {exc!r}")
+    for name in ("kube-scheduler", "kube-controller-manager", "extender-a", "extender-b"):
+        path = plane.work / f"{name}.log"
+        if path.exists():
+            text = [
+                line for line in path.read_text(errors="replace").splitlines() if not _ROUTINE.search(line)
+            ]
+            lines.append(f"--- {name}.log, last lines that are not requests:")
+            lines.extend(line[:300] for line in text[-25:])
+    return "\n".join(lines)
 
 
 def _sigkill(fleet: Fleet, name: str) -> None:
