@@ -430,6 +430,12 @@ class KubeSource:
                     watch.known.clear()
                     watch.invalid.clear()
                     self._submit(("replace", watch.spec.kind, ([], {})))
+                else:
+                    # Still unserved, and already empty in the state: nothing was missed. The
+                    # look (`_list`) and any refusal before it marked the kind behind; without
+                    # this the source turned unsynced for good `relist_ready_seconds` later.
+                    with self._lock:
+                        watch.behind_since = None
                 watch.last_activity = self._clock()
                 self._stopping.wait(self._optional_retry_seconds)
             except Exception as exc:

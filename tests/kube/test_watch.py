@@ -420,6 +420,27 @@ async def test_unserved_device_taint_rules_count_as_empty(seeded):
         await source.stop()
 
 
+async def test_an_unserved_api_stays_synced_across_its_rechecks(seeded):
+    """The source looks for an unserved API again every `optional_retry_seconds` and finds it
+    unserved: it stays synced. Each look marked the kind behind and nothing cleared it, so from
+    `relist_ready_seconds` after the first look (5 min after start) filter said "not synced" for
+    good; a look refused with 403 (RBAC still warming up after an API-server restart, as the
+    fault tests met it) did the same at once."""
+    seeded.set_served("DeviceTaintRule", False)
+    state = ClusterState()
+    source = kube.KubeSource(state, SETTINGS, api_client=seeded.api_client(), optional_retry_seconds=0.05)
+    source.start()
+    try:
+        await wait_for(source.synced)
+        await asyncio.sleep(4 * SETTINGS.relist_ready_seconds)  # many looks, each found nothing
+        assert source.synced()
+        seeded.fail_next(1, 403, verb="list", resource="DeviceTaintRule", message="RBAC: not ready")
+        await asyncio.sleep(4 * SETTINGS.relist_ready_seconds)  # refused once, then unserved again
+        assert source.synced()
+    finally:
+        await source.stop()
+
+
 async def test_stop_ends_every_worker_promptly(services, seeded):
     """stop() closes the open watch responses, so the threads end without waiting for timeouts."""
     _, source = await _started(services)
