@@ -114,6 +114,10 @@ class LeaderView(Protocol):
     def holder(self) -> str: ...
 
 
+#: Reads of a pod whose Binding's answer was lost, before "not known to be bound" (about 3 s).
+LOST_ANSWER_READS = 4
+
+
 class BindFailure(Exception):
     """A bind that must be answered with an error; `reason` is one of `verdicts.BIND_REASONS`."""
 
@@ -682,20 +686,59 @@ class KubeBinder:
         except KubeAPIError as exc:
             if exc.status == 404:
                 raise BindFailure(f"pod {namespace}/{name} does not exist", POD_GONE) from None
-            if exc.status != 409:
+            if exc.status == 409:
+                await self._check_bound_after_conflict(
+                    exc, namespace=namespace, name=name, uid=uid, node=node
+                )
+                return
+            if exc.status != 0:
                 raise
-            # Already bound (maybe by an earlier attempt whose answer was lost) or re-created.
-            raw = await self._call(self._core.read_namespaced_pod, name, namespace, _preload_content=False)
+            # No answer (a cut connection, a timeout): the Binding may have been made. Undoing the
+            # claims of a pod that is bound leaves it without its devices (the fault tests' cut
+            # connections did), so the pod decides: bound here is success, anything else fails.
+            if not await self._bound_after_lost_answer(namespace=namespace, name=name, uid=uid, node=node):
+                raise
+            log.warning(
+                "bind pod %s/%s: the Binding's answer was lost (%s); the pod is bound to %s",
+                namespace, name, api.describe(exc), node,
+            )  # fmt: skip
+
+    async def _check_bound_after_conflict(
+        self, exc: KubeAPIError, *, namespace: str, name: str, uid: str, node: str
+    ) -> None:
+        """A 409 on the Binding: success if the pod is bound to `node` already (an earlier attempt
+        whose answer was lost), else a failure (bound elsewhere, or deleted and re-created)."""
+        raw = await self._call(self._core.read_namespaced_pod, name, namespace, _preload_content=False)
+        pod = api.read_json(raw)
+        if (pod.get("metadata") or {}).get("uid") != uid:
+            raise BindFailure(f"pod {namespace}/{name} was deleted and re-created", POD_GONE) from None
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to != node:
+            raise BindFailure(
+                f"pod {namespace}/{name}: binding rejected ({exc.status} {exc.reason}); "
+                f"it is bound to {bound_to or 'no node'}",
+                CONFLICT,
+            ) from None
+
+    async def _bound_after_lost_answer(self, *, namespace: str, name: str, uid: str, node: str) -> bool:
+        """Whether pod `namespace/name` (this uid) is bound to `node`, read again after a Binding
+        whose answer was lost; a few tries over about 3 s, then "not known to be bound"."""
+        for attempt in range(LOST_ANSWER_READS):
+            try:
+                raw = await self._call(
+                    self._core.read_namespaced_pod, name, namespace, _preload_content=False
+                )
+            except KubeAPIError as exc:
+                log.warning(
+                    "bind pod %s/%s: reading it after a lost answer: %s", namespace, name, api.describe(exc)
+                )
+                await asyncio.sleep(0.2 * 2**attempt)
+                continue
             pod = api.read_json(raw)
-            if (pod.get("metadata") or {}).get("uid") != uid:
-                raise BindFailure(f"pod {namespace}/{name} was deleted and re-created", POD_GONE) from None
-            bound_to = (pod.get("spec") or {}).get("nodeName")
-            if bound_to != node:
-                raise BindFailure(
-                    f"pod {namespace}/{name}: binding rejected ({exc.status} {exc.reason}); "
-                    f"it is bound to {bound_to or 'no node'}",
-                    CONFLICT,
-                ) from None
+            same = (pod.get("metadata") or {}).get("uid") == uid
+            return same and (pod.get("spec") or {}).get("nodeName") == node
+        log.error("bind pod %s/%s: cannot tell whether the lost Binding was made; undoing", namespace, name)
+        return False
 
 
 def _write_seen(claim: Obj | None, claim_uid: str, allocation: Obj, written_rv: str) -> bool:

@@ -9,7 +9,7 @@ messages the real server uses.
 The server runs its own event loop in a background thread, so the synchronous `kubernetes`
 client can call it from any thread while the test's own loop runs the extender. Test hooks
 (`put_object`, `delete_object`, `get_object`, `compact`, `stall_watches`, `end_watches`,
-`fail_next`, `set_served`, `on_request`, `request_log`) are thread-safe.
+`fail_next`, `lose_answer_next`, `set_served`, `on_request`, `request_log`) are thread-safe.
 
 Usage:
 
@@ -72,6 +72,10 @@ class RequestInfo:
     @property
     def log_entry(self) -> RequestLogEntry:
         return (self.verb, self.group, self.resource, self.subresource, self.namespace)
+
+
+#: `_FailRule.status` of `lose_answer_next`: carry the request out, then drop the connection.
+LOSE_ANSWER = 0
 
 
 @dataclass(slots=True)
@@ -369,6 +373,21 @@ class FakeApiServer:
         with self._control_lock:
             self._control.fail_rules.append(rule)
 
+    def lose_answer_next(
+        self,
+        n: int = 1,
+        *,
+        verb: str | None = None,
+        resource: str | None = None,
+        subresource: str | None = None,
+    ) -> None:
+        """Carry out the next `n` matching requests, then close their connections without an
+        answer: a write that reached the server and whose answer a cut connection lost."""
+        plural = None if resource is None else resolve_type(resource).resource
+        rule = _FailRule(n, LOSE_ANSWER, verb, plural, subresource, "")
+        with self._control_lock:
+            self._control.fail_rules.append(rule)
+
     def set_served(self, kind: str, served: bool, version: str | None = None) -> None:
         """Serve or stop serving a resource (all its versions, or one): unserved paths answer 404."""
         rtype = resolve_type(kind)
@@ -487,7 +506,8 @@ class FakeApiServer:
                 if inspect.isawaitable(result):
                     await result
             failure = self._take_failure(info)
-            if failure is not None:
+            lose_answer = failure is not None and failure.code == LOSE_ANSWER
+            if failure is not None and not lose_answer:
                 raise failure
             with self._control_lock:
                 unserved = (info.group, info.version, info.resource) in self._control.unserved
@@ -496,7 +516,10 @@ class FakeApiServer:
                 raise ApiError(404, "the server could not find the requested resource", "NotFound", {})
             if info.verb == "watch":
                 return await self._watch(request, info, rtype)
-            return self._dispatch(info, rtype)
+            response = self._dispatch(info, rtype)
+            if lose_answer and request.transport is not None:
+                request.transport.abort()  # done, and the client never hears of it
+            return response
         except ApiError as exc:
             return _json(exc.status, exc.code)
         except orjson.JSONDecodeError as exc:

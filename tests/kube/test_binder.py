@@ -292,6 +292,21 @@ async def test_binding_failure_after_claim_writes_undoes_them(fake_api: FakeApiS
         assert await h.bind("p1", "n1") == ("", OK)  # the scheduler's retry succeeds
 
 
+async def test_a_binding_whose_answer_is_lost_is_kept(fake_api: FakeApiServer):
+    """The Binding reaches the API server, but the connection drops before its answer (the fault
+    tests cut every connection mid-burst): the pod is bound, so the bind succeeded and its claims
+    stay allocated and reserved. Undoing them (as for a refused Binding) left a bound pod
+    without its devices."""
+    seed(fake_api, gpus={"n1": 2}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    async with Harness(fake_api) as h:
+        fake_api.lose_answer_next(1, verb="create", resource="pods", subresource="binding")
+        assert await h.bind("p1", "n1") == ("", OK)
+        assert h.pod("p1")["spec"]["nodeName"] == "n1"
+        claim = h.claim("c1")
+        assert claim["status"]["allocation"]["devices"]["results"]
+        assert [r["name"] for r in claim["status"]["reservedFor"]] == ["p1"]
+
+
 @pytest.mark.parametrize("contenders", [2, 3])
 async def test_concurrent_binds_on_the_last_free_device(fake_api: FakeApiServer, contenders: int):
     """Several pods race for one free GPU: exactly one bind wins, the others fail with no_fit,
