@@ -54,6 +54,8 @@ class Target:
     """`go build -ldflags` (part of the cache key)."""
     tags: str = ""
     """`go build -tags` (part of the cache key)."""
+    cgo: bool = True
+    """`CGO_ENABLED` (part of the cache key): off where upstream's release build turns it off."""
 
     def binaries(self) -> dict[str, Path]:
         out = output_dir(self)
@@ -117,6 +119,15 @@ TARGETS: dict[str, Target] = {
             # checking and unit-testing rules never use: a cold build takes a fraction as long.
             tags="remove_all_sd",
         ),
+        Target("kwok", TESTS / "e2e/gomod/kwok", "v0.8.0", ("sigs.k8s.io/kwok/cmd/kwok",)),
+        Target(
+            "argo",
+            TESTS / "e2e/gomod/argo",
+            "v4.0.5",
+            # Test-only: v4.0.5 has published security advisories (tests/e2e/argo.py).
+            ("github.com/argoproj/argo-workflows/v4/cmd/workflow-controller",),
+            cgo=False,  # as upstream's release build: no C sqlite for the (unused) offline archive
+        ),
         Target("oracle-1.36", TESTS / "oracle", "v0.36.3", (".",), modfile="go.mod"),
         Target("oracle-1.37", TESTS / "oracle", "v0.37.2", (".",), modfile="go137.mod"),
     )
@@ -136,6 +147,7 @@ def module_key(target: Target) -> str:
     digest.update(target.modfile.encode())
     digest.update(target.ldflags.encode())
     digest.update(target.tags.encode())
+    digest.update(b"" if target.cgo else b"CGO_ENABLED=0")
     for path in sorted(target.directory.rglob("*")):
         if path.is_file() and (path.suffix in (".go", ".mod", ".sum")):
             digest.update(str(path.relative_to(target.directory)).encode())
@@ -177,9 +189,8 @@ def build(target: Target, *, log: bool = True) -> dict[str, Path]:
         if log:
             print(f"== {target.name}: {' '.join(command)}", file=sys.stderr, flush=True)
         started = time.monotonic()
-        subprocess.run(
-            command, cwd=target.directory, check=True, env={**os.environ, "GOFLAGS": "-mod=readonly"}
-        )
+        env = {**os.environ, "GOFLAGS": "-mod=readonly"} | ({} if target.cgo else {"CGO_ENABLED": "0"})
+        subprocess.run(command, cwd=target.directory, check=True, env=env)
         if log:
             print(f"   built {name} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     shutil.rmtree(out, ignore_errors=True)
@@ -223,6 +234,22 @@ def kubernetes_module(version: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def module_source(name: str, module: str) -> Path:
+    """The source of `module` at the version target `name` pins (`go mod download`: from the
+    module cache, fetched again from the proxy if the cache was cleaned). Tests read upstream's
+    own manifests there (kwok's stages, Argo's CRDs) instead of copies."""
+    target = TARGETS[name]
+    out = subprocess.run(
+        ["go", "mod", "download", f"-modfile={target.modfile}", "-json", module],
+        cwd=target.directory,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "GOFLAGS": "-mod=readonly"},
+    )
+    return Path(json.loads(out.stdout)["Dir"])
 
 
 def binaries(name: str) -> dict[str, Path]:

@@ -2,14 +2,17 @@
 
     python -m tests.e2e.cluster up [--mode advisory|allocator|baseline] [--sample]
 
-starts etcd, kube-apiserver, kube-controller-manager (the resourceclaim and service-account
-controllers), Jaeger, the extender in kube mode and kube-scheduler with the shipped
-`config/scheduler-<mode>.yaml`, prints the admin kubeconfig and waits for Ctrl-C.
+starts etcd, kube-apiserver, kube-controller-manager (the resourceclaim, Job, garbage-collector
+and service-account controllers), Jaeger, the extender in kube mode and kube-scheduler with the
+shipped `config/scheduler-<mode>.yaml`, prints the admin kubeconfig and waits for Ctrl-C.
 
 The programs are the ones `tests.gobuild` builds from upstream's published modules; nothing here
-imitates one. Every server listens on 127.0.0.1 on a free port. There are no kubelets: Node
-objects are created Ready (with status) and nothing runs the node lifecycle controller, so they
-stay so. ResourceSlices are published through the API as a DRA driver publishes them.
+imitates one. Every server listens on 127.0.0.1 on a free port. By default there are no kubelets:
+Node objects are created Ready (with status) and nothing runs the node lifecycle controller, so
+they stay so, and a bound pod stays bound and never runs. `start_kwok` adds kwok, which plays
+the kubelets through the API (tests/e2e/kwok.py): pods then run and finish, and their claims
+are released by the resourceclaim controller.
+ResourceSlices are published through the API as a DRA driver publishes them.
 
 What this file may change in the shipped configs is what the issue allows: paths, URLs and ports
 (`scheduler_config`); the extender runs under the ServiceAccount and RBAC of `deploy/`, with a
@@ -40,6 +43,7 @@ import urllib3
 import yaml
 
 from tests import gobuild
+from tests.e2e import kwok
 from tests.e2e.pki import PKI, kubeconfig
 from tests.e2e.proxy import RoundRobinProxy
 
@@ -222,6 +226,23 @@ class Process:
                 self.popen.wait()
 
 
+#: kube-controller-manager's controllers: the resourceclaim controller creates claims from
+#: templates and keeps reservedFor; the garbage collector deletes a deleted pod's generated claims;
+#: the Job controller runs batch Jobs; the service-account ones give each namespace its default
+#: account (pods need it). No node lifecycle: without kwok (`start_kwok`) there are no kubelets,
+#: and Nodes must stay Ready.
+CONTROLLERS = (
+    "resourceclaim-controller",
+    "garbage-collector-controller",
+    "job-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+)
+#: With kwok the Nodes have a kubelet's heartbeats and Leases: the node lifecycle controller runs
+#: too and would mark a Node that kwok stopped renewing NotReady.
+KWOK_CONTROLLERS = (*CONTROLLERS, "node-lifecycle-controller")
+
+
 @dataclass
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager + Jaeger, and on demand the extender and
@@ -232,6 +253,7 @@ class ControlPlane:
     processes: dict[str, Process] = field(default_factory=dict)
     mode: str | None = None
     proxy: RoundRobinProxy | None = None
+    controllers: tuple[str, ...] = CONTROLLERS
 
     def __post_init__(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -399,12 +421,7 @@ class ControlPlane:
                 f"--authorization-kubeconfig={self.kcm_kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
-                # The resourceclaim controller creates claims from templates and keeps reservedFor;
-                # the garbage collector deletes a deleted pod's generated claims; the service-account
-                # ones give each namespace its default account (pods need it). No node lifecycle:
-                # there are no kubelets, and Nodes must stay Ready.
-                "--controllers=resourceclaim-controller,garbage-collector-controller,"
-                "serviceaccount-controller,serviceaccount-token-controller",
+                f"--controllers={','.join(self.controllers)}",
                 # Each controller under its own bootstrap role, as kubeadm runs them.
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={self.sa_key}",
@@ -425,6 +442,32 @@ class ControlPlane:
             p.popen,
             p.log,
         )
+
+    def start_kwok(self) -> Process:
+        """kwok managing every Node (tests/e2e/kwok.py): Ready with heartbeats and Leases, bound
+        pods Running and, after their `kwok.RUN_FOR` delay, Succeeded; deleted pods removed.
+        Returns once every Node published so far is in phase Running (taken over)."""
+        self.bins.update(gobuild.binaries("kwok"))
+        config = kwok.write_config(self.work / "kwok.yaml")
+        p = self._spawn(
+            "kwok",
+            [
+                str(self.bins["kwok"]),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--config={config}",
+                "--manage-all-nodes=true",
+                # A kubelet's Lease (kwok's own default is none: then only status heartbeats,
+                # every 10 minutes, which the node lifecycle controller finds too old).
+                "--node-lease-duration-seconds=40",
+            ],
+        )
+
+        def nodes_running() -> bool:
+            nodes = self.kube.get("/api/v1/nodes")["items"]
+            return all(n.get("status", {}).get("phase") == "Running" for n in nodes)
+
+        wait_for("kwok (every Node in phase Running)", nodes_running, 180, p.popen, p.log)
+        return p
 
     def start_jaeger(self) -> None:
         config = {
