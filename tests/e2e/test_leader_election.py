@@ -15,7 +15,7 @@ from tests.e2e import objects
 from tests.e2e.cluster import ControlPlane
 from tests.e2e.conftest import ALLOCATOR_SCHEDULER, lease_holder, replica_of, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.first_version_only]
 
 
 def test_the_follower_takes_over_when_the_leader_dies_mid_batch(

@@ -22,7 +22,7 @@ from tests.e2e import objects
 from tests.e2e.cluster import ControlPlane, object_path
 from tests.e2e.conftest import wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.first_version_only]
 
 NODE = "inf2-node-01"
 DRIVER = "neuron.amazonaws.com"

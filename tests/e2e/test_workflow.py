@@ -43,7 +43,7 @@ STAGES = {
     "asic": ("inferentia-template", "ml-serving", {"neuron.amazonaws.com"}),
 }
 STAGE_SECONDS = 2.0
-HOLD_SECONDS = 30.0
+HOLD_SECONDS = 20.0
 
 
 class _KwokPlane(ControlPlane):
