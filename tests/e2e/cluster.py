@@ -254,6 +254,9 @@ class ControlPlane:
     mode: str | None = None
     proxy: RoundRobinProxy | None = None
     controllers: tuple[str, ...] = CONTROLLERS
+    #: Client rate limits of kube-controller-manager (`--kube-api-qps/--kube-api-burst`) and of
+    #: kube-scheduler (`clientConnection.qps/burst`); None keeps each program's defaults.
+    client_qps: tuple[float, int] | None = None
 
     def __post_init__(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
@@ -263,6 +266,7 @@ class ControlPlane:
         self.api_port = free_port()
         self.server = f"https://127.0.0.1:{self.api_port}"
         self.extender_port = free_port()
+        self.kcm_port, self.scheduler_port = free_port(), free_port()
         self.jaeger_otlp, self.jaeger_query, self.jaeger_grpc, self.jaeger_health = (
             free_port() for _ in range(4)
         )
@@ -420,7 +424,12 @@ class ControlPlane:
                 f"--authentication-kubeconfig={self.kcm_kubeconfig}",
                 f"--authorization-kubeconfig={self.kcm_kubeconfig}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={free_port()}",
+                f"--secure-port={self.kcm_port}",
+                *(
+                    (f"--kube-api-qps={self.client_qps[0]}", f"--kube-api-burst={self.client_qps[1]}")
+                    if self.client_qps
+                    else ()
+                ),
                 f"--controllers={','.join(self.controllers)}",
                 # Each controller under its own bootstrap role, as kubeadm runs them.
                 "--use-service-account-credentials=true",
@@ -576,6 +585,14 @@ class ControlPlane:
         wait_for(name, lambda: self.extender_get("/readyz", port).status_code == 200, 180, p.popen, p.log)
         return p
 
+    def component_metrics(self, name: str) -> str:
+        """The Prometheus text of kube-controller-manager's or kube-scheduler's `/metrics` (their
+        secure ports, read as the admin)."""
+        port = {"kube-controller-manager": self.kcm_port, "kube-scheduler": self.scheduler_port}[name]
+        response = self.kube.session.get(f"https://127.0.0.1:{port}/metrics", verify=False, timeout=10)
+        response.raise_for_status()
+        return response.text
+
     def extender_get(self, path: str, port: int | None = None) -> requests.Response:
         return requests.get(
             f"https://127.0.0.1:{port or self.extender_port}{path}",
@@ -692,7 +709,11 @@ class ControlPlane:
         """kube-scheduler with `--config=path` (process name `kube-scheduler`), its secure port
         delegating authentication and authorization as `kubeconfig_path`; returns once /healthz
         answers (kube-scheduler exits at start-up on a configuration it cannot load)."""
-        port = free_port()
+        port = self.scheduler_port
+        if self.client_qps:
+            config = yaml.safe_load(path.read_text())
+            config["clientConnection"] |= {"qps": self.client_qps[0], "burst": self.client_qps[1]}
+            path.write_text(yaml.safe_dump(config))
         p = self._spawn(
             "kube-scheduler",
             [
