@@ -36,13 +36,13 @@ import random
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
-
+from bench.apiwatch import Watch
+from bench.real_scheduler import MODES, SCHEDULER
 from loadtests.fleet import (
     MIG_CLASS,
     MIXED_SHAPES,
@@ -58,12 +58,6 @@ from tests.e2e.cluster import ControlPlane, Kube, collection_path
 
 Obj = dict[str, Any]
 
-MODES = ("baseline", "advisory", "allocator")
-SCHEDULER = {
-    "baseline": "default-scheduler",
-    "advisory": "default-scheduler",
-    "allocator": "dra-topology-scheduler",
-}
 RUN_LABEL = "churn.dra-extender.io/run"
 JOB_LABEL = "churn.dra-extender.io/job"
 GANG_SIZE_ANNOTATION = "gang.dra-extender.io/size"
@@ -195,46 +189,6 @@ def job_pods(job: Job, run: str, scheduler: str, speed: float) -> list[Obj]:
 
 
 # ----------------------------------------------------------------------------- watches
-
-
-class Watch:
-    """A list-then-watch of one collection, calling `on_event(type, object, monotonic time)` for
-    the listing (as ADDED) and every event after it, on a thread, until `stop()`."""
-
-    def __init__(self, kube: Kube, path: str, on_event: Callable[[str, Obj, float], None]) -> None:
-        self.kube, self.path, self.on_event = kube, path, on_event
-        self._stop = threading.Event()
-        listing = kube.get(path)
-        now = time.monotonic()
-        for item in listing["items"]:
-            on_event("ADDED", item, now)
-        self._version = listing["metadata"]["resourceVersion"]
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch {path}")
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            url = (
-                f"{self.kube.server}{self.path}?watch=1&allowWatchBookmarks=true"
-                f"&resourceVersion={self._version}&timeoutSeconds=30"
-            )
-            try:
-                with self.kube.session.get(url, stream=True, timeout=60) as response:
-                    for line in response.iter_lines():
-                        if self._stop.is_set():
-                            return
-                        if line:
-                            event = json.loads(line)
-                            obj = event.get("object", {})
-                            self._version = obj.get("metadata", {}).get("resourceVersion", self._version)
-                            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                                self.on_event(event["type"], obj, time.monotonic())
-            except requests.RequestException:
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=65)
 
 
 Device = tuple[str, str, str]  # driver, pool, device
@@ -634,7 +588,7 @@ def plot(results: list[ChurnResult], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tests.e2e.cluster import KWOK_CONTROLLERS, running
+    from tests.e2e.cluster import KwokPlane, running
 
     parser = argparse.ArgumentParser(prog="python -m bench.churn", description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=500)
@@ -662,10 +616,9 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
 
-    class _Plane(ControlPlane):
+    class _Plane(KwokPlane):
         def __post_init__(self) -> None:
             super().__post_init__()
-            self.controllers = KWOK_CONTROLLERS
             if args.client_qps:
                 self.client_qps = (args.client_qps, int(2 * args.client_qps))
 

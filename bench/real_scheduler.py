@@ -33,14 +33,12 @@ import json
 import os
 import platform
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
-
+from bench.apiwatch import Watch
 from loadtests.fleet import generate_mixed_cluster
 from loadtests.generate import NAMESPACE, POD_CLAIM, SHAPE_LABEL, generate_cluster
 from tests.e2e.cluster import ControlPlane, Kube, collection_path, object_path
@@ -107,37 +105,13 @@ class PodWatch:
     """Record when each pod of the namespace is first bound or declared unschedulable."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
         self.bound: dict[str, float] = {}
         self.unschedulable: dict[str, float] = {}
-        self._stop = threading.Event()
-        listing = kube.get(f"/api/v1/namespaces/{namespace}/pods?limit=1")
-        self._version = listing["metadata"]["resourceVersion"]
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._watch = Watch(kube, f"/api/v1/namespaces/{namespace}/pods", self._event)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            url = (
-                f"{self.kube.server}/api/v1/namespaces/{self.namespace}/pods?watch=1"
-                f"&allowWatchBookmarks=true&resourceVersion={self._version}&timeoutSeconds=30"
-            )
-            try:
-                with self.kube.session.get(url, stream=True, timeout=60) as response:
-                    for line in response.iter_lines():
-                        if self._stop.is_set():
-                            return
-                        if line:
-                            self._event(json.loads(line))
-            except requests.RequestException:
-                time.sleep(0.2)
-
-    def _event(self, event: Obj) -> None:
-        now = time.monotonic()
-        obj = event.get("object", {})
-        self._version = obj.get("metadata", {}).get("resourceVersion", self._version)
+    def _event(self, kind: str, obj: Obj, now: float) -> None:
         name = obj.get("metadata", {}).get("name")
-        if event.get("type") not in ("ADDED", "MODIFIED") or not name:
+        if kind == "DELETED" or not name:
             return
         if obj.get("spec", {}).get("nodeName"):
             self.bound.setdefault(name, now)
@@ -150,7 +124,7 @@ class PodWatch:
                 self.unschedulable.setdefault(name, now)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._watch.stop()
 
 
 def _pod(name: str, shape: str, scheduler: str) -> Obj:

@@ -764,6 +764,15 @@ class ControlPlane:
         self.mode = mode
 
 
+class KwokPlane(ControlPlane):
+    """A control plane whose Nodes kwok will manage (`start_kwok`): the node lifecycle
+    controller runs too (KWOK_CONTROLLERS)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.controllers = KWOK_CONTROLLERS
+
+
 @contextlib.contextmanager
 def running(
     work: Path | None = None,

@@ -26,9 +26,10 @@ from typing import Any
 import pytest
 
 from bench import churn
+from bench.apiwatch import Watch
 from loadtests.generate import NAMESPACE
 from tests.e2e import kwok
-from tests.e2e.cluster import KUBERNETES_VERSIONS, KWOK_CONTROLLERS, ControlPlane, running
+from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, KwokPlane, running
 from tests.e2e.conftest import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -41,18 +42,12 @@ NODES = 10
 SEED = 7
 
 
-class _KwokPlane(ControlPlane):
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.controllers = KWOK_CONTROLLERS
-
-
 #: The newest version of `DRA_E2E_KUBERNETES` only (1.37 in CI): what runs here is the control
 #: plane's lifecycle around the extender, the same at both versions, and CI's time is counted
 #: (the fault tests take the oldest).
 @pytest.fixture(scope="module", params=KUBERNETES_VERSIONS[-1:], ids=lambda v: f"k8s-{v}")
 def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    with running(version=request.param, name="lifecycle", kind=_KwokPlane) as control:
+    with running(version=request.param, name="lifecycle", kind=KwokPlane) as control:
         churn.prepare(control, NODES, SEED, held_fraction=0.0)
         control.use("allocator")
         yield control
@@ -155,7 +150,7 @@ def test_an_indexed_job_runs_to_completion_through_the_extender(plane: ControlPl
     kube = plane.kube
     job = _indexed_job("train-indexed")
     claims = churn.ClaimLedger()
-    watch = churn.Watch(kube, "/apis/resource.k8s.io/v1/resourceclaims", claims.on_event)
+    watch = Watch(kube, "/apis/resource.k8s.io/v1/resourceclaims", claims.on_event)
     attrs = churn.device_attributes(kube)
     try:
         kube.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", job)

@@ -26,8 +26,9 @@ from typing import Any
 import pytest
 
 from bench import churn
+from bench.apiwatch import Watch
 from tests.e2e import argo, kwok, objects
-from tests.e2e.cluster import KUBERNETES_VERSIONS, KWOK_CONTROLLERS, ControlPlane, running
+from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, KwokPlane, running
 from tests.e2e.conftest import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -46,16 +47,10 @@ STAGE_SECONDS = 2.0
 HOLD_SECONDS = 20.0
 
 
-class _KwokPlane(ControlPlane):
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.controllers = KWOK_CONTROLLERS
-
-
 @pytest.fixture(scope="module", params=KUBERNETES_VERSIONS[-1:], ids=lambda v: f"k8s-{v}")
 def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     """The newest version under test only (1.37 in CI), as tests/e2e/test_lifecycle.py."""
-    with running(version=request.param, name="workflow", kind=_KwokPlane) as control:
+    with running(version=request.param, name="workflow", kind=KwokPlane) as control:
         fleet = objects.sample_fleet()
         objects.publish(control.kube, fleet)
         control.kube.apply_all([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}])
@@ -159,7 +154,7 @@ def test_the_seed_pipeline_runs_stage_by_stage_on_its_accelerators(plane: Contro
     kube = plane.kube
     attrs = churn.device_attributes(kube)
     claims = churn.ClaimLedger()
-    watch = churn.Watch(kube, "/apis/resource.k8s.io/v1/resourceclaims", claims.on_event)
+    watch = Watch(kube, "/apis/resource.k8s.io/v1/resourceclaims", claims.on_event)
     try:
         with argo.running(plane, NAMESPACE) as controller:
             listening = argo.listening_addresses(controller.popen.pid)
