@@ -266,7 +266,10 @@ class ControlPlane:
         self.api_port = free_port()
         self.server = f"https://127.0.0.1:{self.api_port}"
         self.extender_port = free_port()
-        self.kcm_port, self.scheduler_port = free_port(), free_port()
+        #: The secure ports of kube-controller-manager and of the kube-scheduler started last, for
+        #: `component_metrics`; each takes a free port when it starts (a test may run a second
+        #: kube-scheduler beside the first).
+        self.kcm_port = self.scheduler_port = 0
         self.jaeger_otlp, self.jaeger_query, self.jaeger_grpc, self.jaeger_health = (
             free_port() for _ in range(4)
         )
@@ -416,6 +419,7 @@ class ControlPlane:
         )
 
     def start_controller_manager(self) -> None:
+        self.kcm_port = free_port()
         p = self._spawn(
             "kube-controller-manager",
             [
@@ -709,7 +713,7 @@ class ControlPlane:
         """kube-scheduler with `--config=path` (process name `kube-scheduler`), its secure port
         delegating authentication and authorization as `kubeconfig_path`; returns once /healthz
         answers (kube-scheduler exits at start-up on a configuration it cannot load)."""
-        port = self.scheduler_port
+        port = self.scheduler_port = free_port()
         if self.client_qps:
             config = yaml.safe_load(path.read_text())
             config["clientConnection"] |= {"qps": self.client_qps[0], "burst": self.client_qps[1]}
