@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.apiwatch import Watch
-from bench.real_scheduler import MODES, SCHEDULER
+from bench.real_scheduler import MODES, SCHEDULER, percentile
 from loadtests.fleet import (
     MIG_CLASS,
     MIXED_SHAPES,
@@ -335,13 +335,6 @@ def _weight(a: dict[str, Any]) -> float:
     return 1.0 if a.get("type") in ("gpu", "amdgpu", "tpu") else 0.0
 
 
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _extender_seconds(plane: ControlPlane) -> float | None:
     """Seconds the extender spent answering filter/prioritize/bind (its `/metrics` histograms)."""
     try:
@@ -491,8 +484,8 @@ def _result(
         jobs_completed_by_shape=dict(Counter(by_job[j][0].shape for j in completed)),
         pods_pending_at_end=sum(1 for r in records.values() if r.bound is None),
         accelerator_utilisation=round(used / capacity, 4) if capacity > 0 else 0.0,
-        queue_wait_p50_s={s: round(_percentile(w, 0.5), 1) for s, w in sorted(waits.items())},
-        queue_wait_p99_s={s: round(_percentile(w, 0.99), 1) for s, w in sorted(waits.items())},
+        queue_wait_p50_s={s: round(percentile(w, 0.5), 1) for s, w in sorted(waits.items())},
+        queue_wait_p99_s={s: round(percentile(w, 0.99), 1) for s, w in sorted(waits.items())},
         nvlink_multi_gpu=f"{nvlink_ok}/{nvlink_all}",
         gpu_nic_same_numa=f"{numa_ok}/{numa_all}",
         mig_gpus_open=mig_open[:: max(1, len(mig_open) // 200)],

@@ -147,7 +147,7 @@ def _pod(name: str, shape: str, scheduler: str) -> Obj:
     }
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
@@ -251,8 +251,8 @@ def run_mode(
         undecided=sum(1 for n in created if n not in watch.bound and n not in watch.unschedulable),
         seconds=round(end - start, 2),
         pods_per_second=round(len(bound) / max(end - start, 1e-9), 4),
-        p50_ms=round(_percentile(latencies, 0.5), 1),
-        p99_ms=round(_percentile(latencies, 0.99), 1),
+        p50_ms=round(percentile(latencies, 0.5), 1),
+        p99_ms=round(percentile(latencies, 0.99), 1),
         nvlink_multi_gpu=nvlink,
         gpu_nic_same_numa=numa,
         mig_gpus_opened=len(opened),
