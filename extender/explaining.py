@@ -43,8 +43,9 @@ from extender.cluster.state import ClusterState
 from extender.core import extended
 from extender.core.assumed import AssumeCache
 from extender.core.evaluation import PodEvaluation
+from extender.core.extended import merged_verdict
 from extender.core.gang import GangSettings
-from extender.core.placement import Placement, merged_verdict
+from extender.core.placement import Placement
 from extender.core.scoring import ScoreBook
 from extender.core.view import Generation
 from extender.index.topology import TopologySettings

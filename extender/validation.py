@@ -42,6 +42,7 @@ MAX_ATTRIBUTE_VALUES = 48
 MAX_ATTRIBUTE_VALUE_LENGTH = 64
 MAX_TAINTS = 16
 MAX_BINDING_CONDITIONS = 4
+MAX_POD_GROUP_CLAIMS = 4  # upstream's MaxPodGroupResourceClaims
 MAX_REQUESTS = 32
 MAX_RESULTS = 32
 MAX_CONSTRAINTS = 32
@@ -73,7 +74,7 @@ _NODE_SELECTION = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelecti
 _SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 _SCALAR_ATTRIBUTES = {"int": "int", "bool": "bool", "string": "string", "version": "version"}
 _LIST_ATTRIBUTES = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
-NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate"})
+NAMESPACED_KINDS = frozenset({"Pod", "ResourceClaim", "ResourceClaimTemplate", "PodGroup"})
 
 
 class InvalidObject(ExtenderError):
@@ -972,6 +973,33 @@ def _taint_rule(check: _Checker, obj: Obj) -> None:
         _taint(check, taint, "spec.taint")
 
 
+# ---------------------------------------------------------------------- PodGroup
+
+
+def _pod_group(check: _Checker, obj: Obj) -> None:
+    """What the gang terms read of a PodGroup (`extender.podgroups`), as upstream validates it."""
+    _metadata(check, obj, namespaced=True, name_syntax=dns_subdomain)
+    spec = check.mapping(obj.get("spec"), "spec", required=True) or {}
+    policy = check.mapping(spec.get("schedulingPolicy"), "spec.schedulingPolicy") or {}
+    gang = check.mapping(policy.get("gang"), "spec.schedulingPolicy.gang")
+    if gang is not None:
+        check.integer(gang.get("minCount"), "spec.schedulingPolicy.gang.minCount", minimum=1, required=True)
+    constraints = check.mapping(spec.get("schedulingConstraints"), "spec.schedulingConstraints") or {}
+    topology = constraints.get("topology")
+    for where, entry in check.objects(topology, "spec.schedulingConstraints.topology", limit=1):
+        check.string(entry.get("key"), f"{where}.key", required=True, syntax=label_key)
+    claims = spec.get("resourceClaims")
+    for where, entry in check.objects(claims, "spec.resourceClaims", limit=MAX_POD_GROUP_CLAIMS):
+        check.string(entry.get("name"), f"{where}.name", required=True, syntax=dns_label)
+        check.exactly_one(entry, ("resourceClaimName", "resourceClaimTemplateName"), where)
+        for field in ("resourceClaimName", "resourceClaimTemplateName"):
+            check.string(entry.get(field), f"{where}.{field}", syntax=dns_subdomain)
+    status = check.mapping(obj.get("status"), "status") or {}
+    for where, entry in check.objects(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses"):
+        check.string(entry.get("name"), f"{where}.name", required=True)
+        check.string(entry.get("resourceClaimName"), f"{where}.resourceClaimName")
+
+
 # ---------------------------------------------------------------------- core/v1
 
 
@@ -1030,4 +1058,5 @@ _VALIDATORS: dict[str, Callable[[_Checker, Obj], None]] = {
     "ResourceClaim": _claim,
     "ResourceClaimTemplate": _claim_template,
     "DeviceTaintRule": _taint_rule,
+    "PodGroup": _pod_group,
 }

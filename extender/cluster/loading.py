@@ -30,6 +30,7 @@ from extender.cluster.jsonitems import loads_list
 from extender.cluster.state import KINDS, object_key
 from extender.errors import StateLoadError
 from extender.objects import Obj
+from extender.podgroups import API_VERSIONS as POD_GROUP_API_VERSIONS
 from extender.validation import InvalidObject, object_ref, validate
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ API_VERSIONS: dict[str, tuple[str, ...]] = {
     "ResourceClaim": (DRA_API_VERSION,),
     "ResourceClaimTemplate": (DRA_API_VERSION,),
     "DeviceTaintRule": (DRA_API_VERSION, "resource.k8s.io/v1beta2"),
+    # the Workload API's gang (1.37 beta, 1.36 alpha): extender.podgroups
+    "PodGroup": POD_GROUP_API_VERSIONS,
 }
 
 

@@ -39,6 +39,7 @@ KINDS: tuple[str, ...] = (
     "Pod",
     "Namespace",
     "DeviceTaintRule",
+    "PodGroup",
 )
 CLUSTER_SCOPED: frozenset[str] = frozenset(
     {"Node", "ResourceSlice", "DeviceClass", "Namespace", "DeviceTaintRule"}

@@ -132,7 +132,9 @@ def choose_for_bind(
     if verdict is None or not evaluation.passed(node):
         why = verdict.reason if verdict is not None else "not evaluated"
         raise BindRefusal(f"pod {ref} cannot be bound to node {node}: {why}", NO_FIT)
-    allocations, method = placement.choose_allocations_and_method(evaluation, node)
+    allocations, method = choose_allocations_and_method(
+        evaluation, node, view=placement.view, ranker=placement.ranker, search=placement.search
+    )
     if allocations is None:
         raise BindRefusal(f"pod {ref}: cannot allocate all claims on node {node}", NO_FIT)
     if len(allocations) != len(evaluation.claims.pending):

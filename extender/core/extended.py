@@ -45,16 +45,20 @@ import dataclasses
 import re
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import repeat
 from typing import Any
+
+import numpy as np
 
 from extender.cluster.state import ClusterState
 from extender.core.reasons import FAILED, UNRESOLVABLE, NodeVerdict
 from extender.objects import Obj
 from extender.pods import ExtendedClaim, Pod
 from extender.quantity import Quantity
+from extender.verdicts import FilterVerdict, HostScores
 
 #: resourceapi.ResourceDeviceClassPrefix: the implicit extended resource name of every class.
 CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -513,6 +517,40 @@ def split(pod: Pod, names: list[str], state: ClusterState) -> Split | None:
         else:
             groups.setdefault(outcome, []).append(name)
     return Split([(variant(pod, needs, resources), group) for resources, group in groups.items()], refused)
+
+
+def filter_parts(
+    parts: Split, node_names: list[str], verdict_of: Callable[[Pod, list[str]], FilterVerdict]
+) -> FilterVerdict:
+    """Filter's answer for an extended-resource pod: each part's verdict on its nodes
+    (`verdict_of`, the facade's filter of one pod) merged with the nodes no part can use."""
+    return merged_verdict([verdict_of(part, names) for part, names in parts.parts], parts, node_names)
+
+
+def merged_verdict(verdicts: list[FilterVerdict], parts: Split, node_names: list[str]) -> FilterVerdict:
+    """Filter's answer for an extended-resource pod from the verdicts of its parts (in
+    `parts.parts` order) and the nodes no part can use (explain reuses it)."""
+    error = next((v.error for v in verdicts if v.error), "")
+    if error:
+        return FilterVerdict(error=error)
+    passed = {name for v in verdicts for name in v.passed}
+    failed = {n: r for v in verdicts for n, r in v.failed.items()}
+    unresolvable = {n: r for v in verdicts for n, r in v.unresolvable.items()}
+    for name, outcome in parts.refused.items():
+        (failed if outcome.status == FAILED else unresolvable)[name] = outcome.reason
+    return FilterVerdict([n for n in dict.fromkeys(node_names) if n in passed], failed, unresolvable)
+
+
+def prioritize_parts(
+    parts: Split, node_names: list[str], priorities_of: Callable[[Pod, list[str]], dict[str, int]]
+) -> HostScores:
+    """Prioritize's answer for an extended-resource pod: each part's 0..10 on its nodes
+    (`priorities_of`), 0 on the nodes no part can use."""
+    by_node: dict[str, int] = {}
+    for part, names in parts.parts:
+        by_node.update(priorities_of(part, names))
+    values = np.fromiter(map(by_node.get, node_names, repeat(0)), dtype=np.int64, count=len(node_names))
+    return HostScores(node_names, values)
 
 
 def variant(pod: Pod, needs: Needs, resources: tuple[str, ...]) -> Pod:

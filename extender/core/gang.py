@@ -16,10 +16,13 @@ optionally, filter):
    - label pairs of the well-known gang controllers (`GANG_LABELS`): JobSet (jobset name +
      replicated job), LeaderWorkerSet (name + group index), scheduler-plugins coscheduling
      (`scheduling.x-k8s.io/pod-group`), Volcano (`volcano.sh/job-name`).
-   The size comes from the annotation `GangSettings.size_annotation`
-   (`gang.dra-extender.io/size`), else LeaderWorkerSet's own `leaderworkerset.sigs.k8s.io/size`;
-   without either the size is unknown (see scoring below). The PodGroup/Workload objects
-   themselves are not read: set the annotation from the same controller that sets the group.
+   The size is, first, the PodGroup's gang `minCount` (`extender.podgroups`; the Workload API,
+   read in kube mode and from state files where the cluster serves it), then the annotation
+   `GangSettings.size_annotation` (`gang.dra-extender.io/size`), then LeaderWorkerSet's own
+   `leaderworkerset.sigs.k8s.io/size`; without any the size is unknown (see scoring below). A
+   PodGroup's topology constraint (`schedulingConstraints.topology[0].key`) names the node label
+   whose value all members share: its values are the gang's domains instead of the cliques
+   (the clique label itself still falls back to the device attribute, step 2).
 2. **Clique of a node** (`node_cliques`): the node label `GangSettings.clique_label`, else the
    device attribute `GangSettings.clique_attribute` of the first of the node's devices that has it.
    In the topology model this is the level above the node: devices of one node already share
@@ -39,8 +42,12 @@ optionally, filter):
      gang term is not used at all.
    `combine` blends it with the node's 0..10 topology priority:
    `round((weight * 10 * clique_score + priority) / (weight + 1))`.
-   With `filter_other_cliques`, once a member is placed the nodes of other cliques fail filter
-   with a reason naming the gang and its clique (`other_clique_reason`).
+   Once a member is placed, the nodes of other domains fail filter with a reason naming the gang
+   and its domain: always for a PodGroup with a topology constraint once a member is bound or
+   assumed (`outside_domain_reason`: the constraint is the user's, and without upstream's
+   TopologyAwareWorkloadScheduling nothing else enforces it; nominations do not count, see
+   `Gangs.outside_domain`), and for other gangs, counting nominations too, with the setting
+   `filter_other_cliques` (`other_clique_reason`).
 
 Members in flight. kube-scheduler binds asynchronously: the next member's filter and prioritize
 arrive while the previous member's bind is still queued (seen with the real kube-scheduler 1.36:
@@ -63,13 +70,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from extender.allocator.model import Device
+from extender.core.reasons import FAILED, PASSED
 from extender.objects import Obj
+from extender.podgroups import PodGroup, parse_pod_group
 from extender.pods import Pod, parse_pod
+from extender.verdicts import FilterVerdict
 
 if TYPE_CHECKING:
     from extender.cluster.state import ClusterState
     from extender.core.assumed import AssumeCache
+    from extender.core.verdict_table import Verdicts
     from extender.index.snapshot import DeviceIndex
 
 #: Node label carrying the NVLink clique (NVIDIA GPU feature discovery / DRA driver).
@@ -117,10 +130,16 @@ class GangSettings:
 
 @dataclass(frozen=True, slots=True)
 class Gang:
-    """One gang: `key` is unique per namespace and controller; `size` None means unknown."""
+    """One gang: `key` is unique per namespace and controller; `size` None means unknown.
+    `group` is the PodGroup it was read from, if any (its topology key and name)."""
 
     key: str
     size: int | None
+    group: PodGroup | None = None
+
+    @property
+    def topology_key(self) -> str | None:
+        return self.group.topology_key if self.group is not None else None
 
 
 def gang_of(pod: Pod, settings: GangSettings | None = None) -> Gang | None:
@@ -284,6 +303,44 @@ def home_clique(clique_of: Mapping[str, str], placed_nodes: Iterable[str]) -> st
     return max(placed, key=lambda c: (placed[c], c)) if placed else None
 
 
+def with_pod_group(gang: Gang, group: PodGroup | None) -> Gang:
+    """The gang as its PodGroup declares it: `minCount` before any other size source."""
+    if group is None:
+        return gang
+    return Gang(gang.key, group.min_count or gang.size, group)
+
+
+def outside_domain_reason(group: PodGroup, home: str, domain: str | None) -> str:
+    """Filter reason for a node outside the domain a topology-constrained PodGroup is placed in."""
+    key = group.topology_key
+    where = f"{key}={domain}" if domain else f"no {key} label"
+    return (
+        f"PodGroup {group.ref} requires all its pods in one {key}; its placed pods are in "
+        f"{key}={home}, this node has {where}"
+    )
+
+
+def filter_answer(verdicts: Verdicts, node_names: list[str], outside: Mapping[str, str]) -> FilterVerdict:
+    """Filter's answer from the pod's verdicts, with the passed nodes in `outside` (node ->
+    reason, `Gangs.outside_domain`) unresolvable. Without any: built from the verdicts' arrays
+    (no Python per node)."""
+    if not outside:
+        passed, failed, unresolvable = verdicts.answer(node_names)
+        return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
+    answer = FilterVerdict()
+    for name in node_names:
+        outcome = verdicts[name]
+        if outcome.status == PASSED and name in outside:
+            answer.unresolvable[name] = outside[name]
+        elif outcome.status == PASSED:
+            answer.passed.append(name)
+        elif outcome.status == FAILED:
+            answer.failed[name] = outcome.reason
+        else:
+            answer.unresolvable[name] = outcome.reason
+    return answer
+
+
 def other_clique_reason(gang: Gang, home: str, clique: str | None) -> str:
     """Filter reason for a node outside the gang's clique (with `filter_other_cliques`)."""
     where = f"clique {clique}" if clique else "no NVLink clique"
@@ -315,6 +372,7 @@ class Gangs:
         self._cliques: tuple[int, dict[str, str]] = (-1, {})  # (index generation, node -> clique)
         self._gang_pods: tuple[int, dict[str, dict[str, str]]] = (-1, {})  # (claims gen, key -> uid -> node)
         self._pods: tuple[int, dict[tuple[str, str], Pod]] = (-1, {})  # (claims gen, (ns, name) -> pod)
+        self._labels: dict[str, tuple[int, dict[str, str]]] = {}  # key -> (index gen, node -> value)
 
     def node_cliques(self) -> dict[str, str]:
         """node -> multi-node NVLink clique, per index generation."""
@@ -323,6 +381,34 @@ class Gangs:
             devices = {name: block.devices for name, block in index.blocks.items()}
             self._cliques = (index.generation, node_cliques(index.nodes, devices, self.settings))
         return self._cliques[1]
+
+    def node_domains(self, member: Gang) -> dict[str, str]:
+        """node -> the member's domain: the value of its PodGroup's topology key (node labels;
+        the clique label also from the device attribute), else the node's clique."""
+        key = member.topology_key
+        if key is None or key == self.settings.clique_label:
+            return self.node_cliques()
+        index = self._index()
+        cached = self._labels.get(key)
+        if cached is None or cached[0] != index.generation:
+            values = {}
+            for name, node in index.nodes.items():
+                value = ((node.get("metadata") or {}).get("labels") or {}).get(key)
+                if value:
+                    values[name] = str(value)
+            if len(self._labels) >= 16:  # a few keys in use at once; forget the oldest
+                self._labels.pop(next(iter(self._labels)))
+            cached = self._labels[key] = (index.generation, values)
+        return cached[1]
+
+    def resolve(self, pod: Pod) -> Gang | None:
+        """The pod's gang (`gang_of`) with its PodGroup's size and topology, where the state
+        has the PodGroup the pod names."""
+        member = gang_of(pod, self.settings)
+        if member is None or not pod.pod_group_name:
+            return member
+        obj = self._state.get("PodGroup", pod.pod_group_name, pod.namespace)
+        return with_pod_group(member, parse_pod_group(obj) if obj is not None else None)
 
     def members(self, member: Gang, pod_uid: str) -> dict[str, str]:
         """pod uid -> node of the gang's other members: bound (in the state), assumed (bind) or,
@@ -402,16 +488,28 @@ class Gangs:
             found.extend(pod for pod in self.state_pods() if pod.uid in assumed)
         return found
 
+    def blended(
+        self, pod: Pod, passed: list[str], scored: list[str], values: np.ndarray, *, nominate: bool = False
+    ) -> tuple[list[str], np.ndarray]:
+        """Prioritize's scored names and 0..10 (int64, aligned) with the clique term of a gang
+        member blended in (`with_term`); unchanged with the gang weight 0 or for other pods."""
+        if self.settings.weight <= 0:
+            return scored, values
+        by_node = self.with_term(
+            pod, passed, dict(zip(scored, values.tolist(), strict=True)), nominate=nominate
+        )
+        return list(by_node), np.fromiter(by_node.values(), dtype=np.int64, count=len(by_node))
+
     def with_term(
         self, pod: Pod, passed: list[str], by_node: dict[str, int], *, nominate: bool = False
     ) -> dict[str, int]:
         """Prioritize's 0..10 per node with the clique term of a gang member (`weight` > 0);
         `nominate` records the member's top node (prioritize does, explain does not)."""
-        member = gang_of(pod, self.settings)
+        member = self.resolve(pod)
         if member is None or not passed:
             return by_node
         uid = pod.uid
-        cliques = self.node_cliques()
+        cliques = self.node_domains(member)
         known = self._known(member)
         in_flight = self.in_flight(member, known)
         in_flight.pop(uid, None)
@@ -429,18 +527,34 @@ class Gangs:
             self.nominate(member, uid, max(slots, key=lambda name: out[name]))
         return out
 
-    def outside_clique(self, pod: Pod, node_names: list[str]) -> dict[str, str]:
-        """Nodes outside a placed gang's clique -> reason (setting `gang_filter_other_cliques`)."""
-        member = gang_of(pod, self.settings)
-        if member is None:
+    def outside_domain(self, pod: Pod, node_names: list[str]) -> dict[str, str]:
+        """Nodes outside a placed gang's domain -> reason: for a PodGroup with a topology
+        constraint always, for other gangs with the setting `gang_filter_other_cliques`."""
+        if not pod.pod_group_name and not self.settings.filter_other_cliques:
+            return {}  # the common pod: no PodGroup, nothing to read
+        member = self.resolve(pod)
+        if member is None or (member.topology_key is None and not self.settings.filter_other_cliques):
             return {}
-        cliques = self.node_cliques()
-        uid = pod.uid
-        home = home_clique(cliques, self.members(member, uid).values())
+        domains = self.node_domains(member)
+        group = member.group
+        constrained = group is not None and group.topology_key is not None
+        # A PodGroup's constraint counts bound and assumed members only: in upstream's pod-group
+        # cycle every member is filtered before any binds, and with TopologyAwareWorkloadScheduling
+        # once per candidate domain; a nomination from another candidate (or one prioritize never
+        # refreshed: one feasible node skips scoring) must not fail this one.
+        placed = self._known(member) if constrained else self.members(member, pod.uid)
+        placed.pop(pod.uid, None)
+        home = home_clique(domains, placed.values())
         if home is None:
             return {}
+        if group is not None and group.topology_key is not None:
+            return {
+                name: outside_domain_reason(group, home, domains.get(name))
+                for name in node_names
+                if domains.get(name) != home
+            }
         return {
-            name: other_clique_reason(member, home, cliques.get(name))
+            name: other_clique_reason(member, home, domains.get(name))
             for name in node_names
-            if cliques.get(name) != home
+            if domains.get(name) != home
         }

@@ -3,7 +3,9 @@
 For each pod it resolves the claims, then the deciding tiers (`extender.core.tiers`) decide for
 every candidate node whether upstream's allocator would find an allocation there; the ranking
 (`extender.core.ranking`) scores the nodes that passed; the bind choice (`extender.core.binding`)
-turns the best set into claim allocations. The evaluation is cached by pod UID, the pod's claim
+turns the best set into claim allocations. Two parts plug in beside them, each called once per
+verb: extended resources split a pod by the kinds of node (`extended.filter_parts`), gangs rule
+out and score domains (`gang.Gangs`). The evaluation is cached by pod UID, the pod's claim
 references and the (devices, claims, assumed) generations (`extender.core.evaluation`), so
 filter, prioritize and bind of one pod in one scheduling cycle share the work.
 
@@ -19,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,6 @@ from extender.core import binding, extended, gang, observed, scoring, tiers
 from extender.core.assumed import AssumeCache
 from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of
 from extender.core.ranking import KernelMeter, Ranker
-from extender.core.reasons import FAILED, PASSED
 from extender.core.scoring import ScoreBook
 from extender.core.searching import Budget, Search
 from extender.core.tiers import FirstFitTier, KernelTier, SearchTier, Tier, VectorisedTier
@@ -82,8 +82,12 @@ class Placement:
         )  # fmt: skip
         self.evaluations = Evaluations()
         self.gangs = gang.Gangs(
-            gang_settings or gang.GangSettings(), state=state, index=self.view.index, assumed=assumed,
-            seen=self.seen_pod, clock=clock,
+            gang_settings or gang.GangSettings(),
+            state=state,
+            index=self.view.index,
+            assumed=assumed,
+            seen=self.seen_pod,
+            clock=clock,
         )  # fmt: skip  (seen_pod reads `evaluations` per call: wiring replaces it with a bounded one)
         #: The thread the server and the binders run this placement's work on (started lazily).
         self.worker = worker or PlacementWorker()
@@ -117,16 +121,7 @@ class Placement:
                 source = self._source_stats()
             except Exception:
                 log.warning("metrics: reading source_stats() failed", exc_info=True)
-        return PlacementStats(
-            index=self.view.current_index(),
-            assumed=len(self.assumed),
-            kernel_seconds=self.kernels.seconds_total,
-            kernel_calls=self.kernels.calls_total,
-            source=source,
-            index_builds=self.view.index_builds,
-            index_build_seconds=self.view.index_build_seconds,
-            index_last_build_seconds=self.view.index_last_build_seconds,
-        )
+        return self.view.stats(self.kernels.seconds_total, self.kernels.calls_total, source)
 
     def set_source_stats(self, source_stats: Callable[[], dict[str, Any]]) -> None:
         """Report the watch source's `stats()` with this placement's (kube mode: the source is
@@ -136,36 +131,19 @@ class Placement:
     # ----------------------------------------------------------------- verbs
     def filter(self, pod: Pod, node_names: list[str]) -> FilterVerdict:
         parts = self.extended_parts(pod, node_names)
-        if parts is None:
-            return self.filter_verdict(pod, self.evaluate(pod, node_names), node_names)
-        # An extended-resource pod: one verdict per kind of node (what DRA serves there).
-        verdicts = [
-            self.filter_verdict(part, self.evaluate(part, names), names) for part, names in parts.parts
-        ]
-        return merged_verdict(verdicts, parts, node_names)
+        if parts is not None:  # an extended-resource pod: one verdict per kind of node
+            return extended.filter_parts(parts, node_names, self._part_verdict)
+        return self.filter_verdict(pod, self.evaluate(pod, node_names), node_names)
+
+    def _part_verdict(self, part: Pod, names: list[str]) -> FilterVerdict:
+        return self.filter_verdict(part, self.evaluate(part, names), names)
 
     def filter_verdict(self, pod: Pod, evaluation: PodEvaluation, node_names: list[str]) -> FilterVerdict:
-        """Filter's answer from an evaluation that has decided `node_names` (explain reuses it)."""
+        """Filter's answer from an evaluation that has decided `node_names` (explain reuses it):
+        the verdicts, with the nodes a gang's domain rules out (`gang.Gangs.outside_domain`)."""
         if evaluation.error:
             return FilterVerdict(error=evaluation.error)
-        outside = (
-            self.gangs.outside_clique(pod, node_names) if self.gangs.settings.filter_other_cliques else {}
-        )
-        if not outside:  # built from the verdicts' arrays (no Python per node)
-            passed, failed, unresolvable = evaluation.verdicts.answer(node_names)
-            return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
-        verdict = FilterVerdict()
-        for name in node_names:
-            outcome = evaluation.verdicts[name]
-            if outcome.status == PASSED and name in outside:
-                verdict.unresolvable[name] = outside[name]
-            elif outcome.status == PASSED:
-                verdict.passed.append(name)
-            elif outcome.status == FAILED:
-                verdict.failed[name] = outcome.reason
-            else:
-                verdict.unresolvable[name] = outcome.reason
-        return verdict
+        return gang.filter_answer(evaluation.verdicts, node_names, self.gangs.outside_domain(pod, node_names))
 
     def extended_parts(self, pod: Pod, node_names: list[str]) -> extended.Split | None:
         """The pod split by what DRA serves on each node, if it asks for extended resources a
@@ -179,18 +157,17 @@ class Placement:
         answer is arrays (`HostScores`): one score per name, laid out by index position.
         """
         parts = self.extended_parts(pod, node_names)
-        if parts is None:
-            evaluation = self.evaluate(pod, node_names)
-            observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
-            scored, values = self.priority_arrays(pod, evaluation, node_names, nominate=True)
-            return HostScores(node_names, evaluation.verdicts.spread(node_names, scored, values))
-        by_node: dict[str, int] = {}
-        for part, names in parts.parts:
-            evaluation = self.evaluate(part, names)
-            observed.report(evaluation)
-            by_node.update(self.priorities(part, evaluation, names, nominate=True))
-        values = np.fromiter(map(by_node.get, node_names, repeat(0)), dtype=np.int64, count=len(node_names))
-        return HostScores(node_names, values)
+        if parts is not None:  # an extended-resource pod: each kind of node scored by its part
+            return extended.prioritize_parts(parts, node_names, self._part_priorities)
+        evaluation = self.evaluate(pod, node_names)
+        observed.report(evaluation)  # the dashboard reads the score terms from it, after answering
+        scored, values = self.priority_arrays(pod, evaluation, node_names, nominate=True)
+        return HostScores(node_names, evaluation.verdicts.spread(node_names, scored, values))
+
+    def _part_priorities(self, part: Pod, names: list[str]) -> dict[str, int]:
+        evaluation = self.evaluate(part, names)
+        observed.report(evaluation)
+        return self.priorities(part, evaluation, names, nominate=True)
 
     def priorities(
         self, pod: Pod, evaluation: PodEvaluation, node_names: list[str], *, nominate: bool = False
@@ -211,11 +188,7 @@ class Placement:
         scores = self.scores(evaluation, passed)
         scored = scores.scored_among(passed)
         values = scoring.by_preference(scoring.priorities(scores.values(scored)), scores.preferences(scored))
-        if self.gangs.settings.weight > 0:
-            by_node = dict(zip(scored, values.tolist(), strict=True))
-            by_node = self.gangs.with_term(pod, passed, by_node, nominate=nominate)
-            return list(by_node), np.fromiter(by_node.values(), dtype=np.int64, count=len(by_node))
-        return scored, np.asarray(values, dtype=np.int64)
+        return self.gangs.blended(pod, passed, scored, np.asarray(values, dtype=np.int64), nominate=nominate)
 
     def scores(self, evaluation: PodEvaluation, names: list[str]) -> ScoreBook:
         """Topology scores of the given passed nodes (computed once per evaluation and node)."""
@@ -226,18 +199,6 @@ class Placement:
         return binding.choose_allocations(
             evaluation, name, view=self.view, ranker=self.ranker, search=self.search
         )
-
-    def choose_allocations_and_method(
-        self, evaluation: PodEvaluation, name: str
-    ) -> tuple[list[ClaimAllocation] | None, str]:
-        """The allocations bind writes and how they were chosen (`binding.choose_allocations_and_method`)."""
-        return binding.choose_allocations_and_method(
-            evaluation, name, view=self.view, ranker=self.ranker, search=self.search
-        )
-
-    def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
-        """Upstream's first-fit allocation on a node that passed."""
-        return self.search.allocations_on(evaluation, name)
 
     def choose_for_bind(
         self,
@@ -285,19 +246,3 @@ class Placement:
     def decide(self, evaluation: PodEvaluation, node_names: list[str]) -> None:
         """Verdicts for the nodes (`tiers.decide`: pod-level problems, allocated claims, the tiers)."""
         tiers.decide(evaluation, node_names, view=self.view, tiers=self.tiers, budget=self.search.budget)
-
-
-def merged_verdict(
-    verdicts: list[FilterVerdict], parts: extended.Split, node_names: list[str]
-) -> FilterVerdict:
-    """Filter's answer for an extended-resource pod from the verdicts of its parts (in
-    `parts.parts` order) and the nodes no part can use (explain reuses it)."""
-    error = next((v.error for v in verdicts if v.error), "")
-    if error:
-        return FilterVerdict(error=error)
-    passed = {name for v in verdicts for name in v.passed}
-    failed = {n: r for v in verdicts for n, r in v.failed.items()}
-    unresolvable = {n: r for v in verdicts for n, r in v.unresolvable.items()}
-    for name, outcome in parts.refused.items():
-        (failed if outcome.status == FAILED else unresolvable)[name] = outcome.reason
-    return FilterVerdict([n for n in dict.fromkeys(node_names) if n in passed], failed, unresolvable)

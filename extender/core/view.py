@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from extender.core.held import HeldLedger
 from extender.index.counters import counter_columns
 from extender.index.snapshot import DeviceIndex, build_index
 from extender.index.topology import TopologyModel, topology_attributes
+from extender.verdicts import PlacementStats
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,22 @@ class ClusterView:
     def current_index(self) -> DeviceIndex | None:
         """The device index as last built, without building one (for /metrics on the event loop)."""
         return self._index
+
+    def stats(
+        self, kernel_seconds: float, kernel_calls: int, source: dict[str, Any] | None
+    ) -> PlacementStats:
+        """What /metrics reports of this view, with the kernels' totals and the watch source's
+        stats (never builds the index)."""
+        return PlacementStats(
+            index=self._index,
+            assumed=len(self.assumed),
+            kernel_seconds=kernel_seconds,
+            kernel_calls=kernel_calls,
+            source=source,
+            index_builds=self.index_builds,
+            index_build_seconds=self.index_build_seconds,
+            index_last_build_seconds=self.index_last_build_seconds,
+        )
 
     def allocated_state(self) -> tuple[AllocatedState, np.ndarray]:
         """Devices in use (allocated or assumed) and the matching `free` row mask.

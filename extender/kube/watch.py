@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import threading
@@ -99,6 +100,13 @@ def _lister(api: str, method: str) -> Callable[[client.ApiClient], ListFn]:
     return lambda api_client: getattr(getattr(client, api)(api_client), method)
 
 
+def _generic_lister(group: str, version: str, plural: str) -> Callable[[client.ApiClient], ListFn]:
+    """A list-and-watch method for an API version the typed client lacks (same keyword arguments)."""
+    return lambda api_client: functools.partial(
+        client.CustomObjectsApi(api_client).list_cluster_custom_object, group, version, plural
+    )
+
+
 _DRA = "resource.k8s.io/"
 WATCHED_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind("Node", (("v1", _lister("CoreV1Api", "list_node")),)),
@@ -123,6 +131,19 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
                 ("v1beta2", "ResourceV1beta2Api"),
                 ("v1alpha3", "ResourceV1alpha3Api"),
             )
+        ),
+        optional=True,
+    ),
+    # The Workload API's PodGroup (extender.podgroups): v1beta1 from 1.37, v1alpha2 in 1.36 (which
+    # the typed client does not have: the generic lister reads it), off unless enabled.
+    WatchedKind(
+        "PodGroup",
+        (
+            (
+                "scheduling.k8s.io/v1beta1",
+                _lister("SchedulingV1beta1Api", "list_pod_group_for_all_namespaces"),
+            ),
+            ("scheduling.k8s.io/v1alpha2", _generic_lister("scheduling.k8s.io", "v1alpha2", "podgroups")),
         ),
         optional=True,
     ),

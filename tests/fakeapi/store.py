@@ -72,6 +72,8 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         "resource.k8s.io", "devicetaintrules", "DeviceTaintRule", False, ("v1", "v1beta2", "v1alpha3"), True
     ),
     ResourceType("coordination.k8s.io", "leases", "Lease", True, ("v1",), False),
+    # PodGroup (Workload API): v1alpha2 in 1.36, v1beta1 in 1.37; the v37 client types only v1beta1.
+    ResourceType("scheduling.k8s.io", "podgroups", "PodGroup", True, ("v1beta1", "v1alpha2"), True),
 )
 BY_KIND: dict[str, ResourceType] = {t.kind: t for t in RESOURCE_TYPES}
 BY_RESOURCE: dict[tuple[str, str], ResourceType] = {(t.group, t.resource): t for t in RESOURCE_TYPES}

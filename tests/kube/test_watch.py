@@ -441,6 +441,40 @@ async def test_an_unserved_api_stays_synced_across_its_rechecks(seeded):
         await source.stop()
 
 
+@pytest.mark.parametrize("version", ["v1beta1", "v1alpha2"])
+async def test_pod_groups_are_read_from_the_served_version(seeded, version: str):
+    """1.37 serves PodGroups as v1beta1 (the typed client's), 1.36 as v1alpha2 (no typed client:
+    the generic lister reads it); with neither served the source syncs with none."""
+    seeded.set_served("PodGroup", False)
+    state = ClusterState()
+    source = kube.KubeSource(state, SETTINGS, api_client=seeded.api_client(), optional_retry_seconds=0.2)
+    source.start()
+    try:
+        await wait_for(source.synced)
+        assert state.count("PodGroup") == 0
+        group = {
+            "apiVersion": f"scheduling.k8s.io/{version}",
+            "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}},
+        }
+        seeded.put_object(group)
+        seeded.set_served("PodGroup", True, version=version)
+        await wait_for(lambda: state.count("PodGroup") == 1)
+        stored = state.get("PodGroup", "train", "ml")
+        assert stored["apiVersion"] == f"scheduling.k8s.io/{version}"
+        assert stored["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
+        changed = copy.deepcopy(stored)
+        changed["spec"]["schedulingPolicy"]["gang"]["minCount"] = 8  # later events are watched
+        seeded.put_object(changed)
+        await wait_for(
+            lambda: state.get("PodGroup", "train", "ml")["spec"]["schedulingPolicy"]["gang"]["minCount"] == 8
+        )
+        assert source.synced()
+    finally:
+        await source.stop()
+
+
 async def test_stop_ends_every_worker_promptly(services, seeded):
     """stop() closes the open watch responses, so the threads end without waiting for timeouts."""
     _, source = await _started(services)
