@@ -124,8 +124,7 @@ class Placement:
         return self.view.stats(self.kernels.seconds_total, self.kernels.calls_total, source)
 
     def set_source_stats(self, source_stats: Callable[[], dict[str, Any]]) -> None:
-        """Report the watch source's `stats()` with this placement's (kube mode: the source is
-        made after the placement, whose worker thread it writes on)."""
+        """Report the watch source's `stats()` with this placement's (kube mode: made after it)."""
         self._source_stats = source_stats
 
     # ----------------------------------------------------------------- verbs
@@ -199,6 +198,9 @@ class Placement:
         return binding.choose_allocations(
             evaluation, name, view=self.view, ranker=self.ranker, search=self.search
         )
+
+    def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
+        return self.search.allocations_on(evaluation, name)  # upstream's first fit on a passed node
 
     def choose_for_bind(
         self,
