@@ -1,0 +1,180 @@
+"""Gangs through upstream's own gang scheduling: PodGroups, the GangScheduling plugin and
+TopologyAwareWorkloadScheduling in the real kube-scheduler, with the extender in allocator mode.
+
+The fleet is three NVL72-style racks of six GB200 trays (4 GPUs each, one NVLink clique per rack,
+the clique as node label and as device attribute: `bench.gang_placement.cluster_objects`). Each
+gang is a PodGroup (`spec.schedulingPolicy.gang.minCount`, topology key = the clique label) whose
+pods each claim one tray's four GPUs from a ResourceClaimTemplate and name the group in
+`spec.schedulingGroup.podGroupName`. What upstream's programs must show with the extender in the
+loop:
+- all-or-nothing: below `minCount` no member binds and no claim is allocated; the last member
+  admits the gang and every member binds, all in one clique;
+- the extender's watch lists PodGroups from the version the API server serves.
+
+Known defect, found here and not yet fixed (docs/gangs.md, "With upstream's gang plugin"): in
+allocator mode kube-scheduler's pod-group cycle filters every member before any binds, and with
+DynamicResources disabled nothing tells it that an earlier member's devices are taken; it stacked
+a 6-member gang on the 2 free trays of a rack and a 7-member gang on a 6-tray rack, and the
+extender's binds then admitted only part of each gang. Those two cases are therefore not
+asserted here yet; this test keeps to a gang on empty racks, where the extender's nominations
+give every member its own tray.
+
+Feature gates and API (pkg/features/kube_features.go of each version): 1.37 serves
+`scheduling.k8s.io/v1beta1` with `GenericWorkload` (beta, off by default), which also enables the
+GangScheduling plugin, and `TopologyAwareWorkloadScheduling` (alpha); 1.36 serves v1alpha2 and
+needs `GenericWorkload`, `GangScheduling` and `TopologyAwareWorkloadScheduling` (all alpha). Runs
+against the newest version of `DRA_E2E_KUBERNETES` (1.37 in CI, where time is counted);
+`DRA_E2E_KUBERNETES=1.36` runs it against 1.36.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench.gang_placement import DEVICE_CLASS, GPUS_PER_TRAY, cluster_objects
+from extender.core.gang import CLIQUE_LABEL
+from loadtests.generate import NAMESPACE
+from tests.e2e import objects
+from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, object_path, running
+from tests.e2e.conftest import ALLOCATOR_SCHEDULER, wait_until
+
+pytestmark = pytest.mark.e2e
+
+Obj = dict[str, Any]
+
+#: Per version: (feature gates, the PodGroup API version served).
+WORKLOAD_API: dict[str, tuple[dict[str, bool], str]] = {
+    "1.36": (
+        {"GenericWorkload": True, "GangScheduling": True, "TopologyAwareWorkloadScheduling": True},
+        "scheduling.k8s.io/v1alpha2",
+    ),
+    "1.37": ({"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}, "scheduling.k8s.io/v1beta1"),
+}
+RACKS, TRAYS = 3, 6
+TEMPLATE = "tray"
+
+
+class GangPlane(ControlPlane):
+    """A control plane serving the Workload API with upstream's gang scheduling enabled."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        gates, api = WORKLOAD_API[self.version]
+        self.feature_gates = dict(gates)
+        self.runtime_config = (f"{api}=true",)
+
+
+@pytest.fixture(scope="module", params=KUBERNETES_VERSIONS[-1:], ids=lambda v: f"k8s-{v}")
+def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    with running(version=request.param, name="gangs", kind=GangPlane) as control:
+        fleet, _, _ = cluster_objects(RACKS, TRAYS)
+        objects.publish(control.kube, [objects.clean(o) for o in fleet])
+        control.kube.apply_all([_template()])
+        control.use("allocator")
+        yield control
+
+
+def _template() -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": TEMPLATE, "namespace": NAMESPACE},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpus", "exactly": {"deviceClassName": DEVICE_CLASS, "count": GPUS_PER_TRAY}}
+                    ]
+                }
+            }
+        },
+    }
+
+
+def _pod_group(plane: ControlPlane, name: str, min_count: int) -> Obj:
+    return {
+        "apiVersion": WORKLOAD_API[plane.version][1],
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": min_count}},
+            "schedulingConstraints": {"topology": [{"key": CLIQUE_LABEL}]},
+        },
+    }
+
+
+def _member(group: str, index: int) -> Obj:
+    pod = objects.pod(f"{group}-{index}", NAMESPACE, ALLOCATOR_SCHEDULER, {"gpus": TEMPLATE})
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    pod["spec"]["terminationGracePeriodSeconds"] = 0
+    return pod
+
+
+def _create_group(plane: ControlPlane, obj: Obj) -> None:
+    api = obj["apiVersion"]
+    plane.kube.request("POST", f"/apis/{api}/namespaces/{NAMESPACE}/podgroups", obj, ok=(201,))
+
+
+def _pods(plane: ControlPlane, group: str) -> list[Obj]:
+    return [
+        p
+        for p in objects.list_of(plane.kube, "Pod", NAMESPACE)
+        if (p["spec"].get("schedulingGroup") or {}).get("podGroupName") == group
+    ]
+
+
+def _allocated_claims(plane: ControlPlane, pods: list[Obj]) -> list[Obj]:
+    uids = {p["metadata"]["uid"] for p in pods}
+    return [
+        c
+        for c in objects.list_of(plane.kube, "ResourceClaim", NAMESPACE)
+        if c.get("status", {}).get("allocation")
+        and any(o.get("uid") in uids for o in c["metadata"].get("ownerReferences", []))
+    ]
+
+
+def _cliques(plane: ControlPlane, pods: list[Obj]) -> set[str]:
+    nodes = {n["metadata"]["name"]: n for n in objects.list_of(plane.kube, "Node")}
+    return {nodes[p["spec"]["nodeName"]]["metadata"]["labels"][CLIQUE_LABEL] for p in pods}
+
+
+def _delete_group(plane: ControlPlane, group: str) -> None:
+    for pod in _pods(plane, group):
+        plane.kube.request("DELETE", object_path("Pod", pod["metadata"]["name"], NAMESPACE), ok=(200, 404))
+    wait_until(f"{group}'s pods gone", lambda: not _pods(plane, group), 60)
+    api = WORKLOAD_API[plane.version][1]
+    plane.kube.request("DELETE", f"/apis/{api}/namespaces/{NAMESPACE}/podgroups/{group}", ok=(200, 404))
+
+
+def test_a_gang_waits_for_its_quorum_then_lands_whole_in_one_clique(plane: ControlPlane) -> None:
+    _create_group(plane, _pod_group(plane, "train-a", 4))
+    created = [plane.kube.create(_member("train-a", i)) for i in range(3)]
+    time.sleep(15)  # three of four: the gang plugin admits none, whatever the extender says
+    pods = _pods(plane, "train-a")
+    assert not [p for p in pods if p["spec"].get("nodeName")], "a member bound below minCount"
+    assert not _allocated_claims(plane, created), "a claim was allocated below minCount"
+    plane.kube.create(_member("train-a", 3))
+    bound = wait_until(
+        "the whole gang bound",
+        lambda: (lambda ps: ps if len(ps) == 4 and all(p["spec"].get("nodeName") for p in ps) else None)(
+            _pods(plane, "train-a")
+        ),
+        120,
+    )
+    assert len(_cliques(plane, bound)) == 1, f"the gang spans cliques {_cliques(plane, bound)}"
+    assert len({p["spec"]["nodeName"] for p in bound}) == 4  # a tray each
+    claims = _allocated_claims(plane, bound)
+    assert len(claims) == 4, "every member's claim allocated"
+
+    _delete_group(plane, "train-a")
+    wait_until("every claim released", lambda: not _allocated_claims(plane, bound), 60)
+
+
+def test_the_extender_reads_the_served_pod_group_api(plane: ControlPlane) -> None:
+    """Its watch listed PodGroups from the served version and never found the API unserved."""
+    log = (plane.work / "extender.log").read_text(errors="replace")
+    assert "PodGroup: listed" in log and "PodGroup: the API is not served" not in log, log[-2000:]
