@@ -28,9 +28,11 @@ own `/metrics` (the verbs' time over the pods' queue-to-bound time).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
+import os
 import platform
 import random
 import threading
@@ -40,6 +42,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from bench.apiwatch import Watch
 from bench.real_scheduler import MODES, SCHEDULER, percentile
@@ -376,7 +380,8 @@ def run_mode(
     claims, pods = ClaimLedger(), PodLedger(run)
     claim_watch = Watch(kube, "/apis/resource.k8s.io/v1/resourceclaims", claims.on_event)
     pod_watch = Watch(kube, f"/api/v1/namespaces/{NAMESPACE}/pods", pods.on_event)
-    held_before = set(claims.held)
+    with claims.lock:
+        held_before = set(claims.held)
     extender_before = _extender_seconds(plane) if mode != "baseline" else None
     throttled_before = throttled(plane)
     errors: list[str] = []
@@ -412,6 +417,11 @@ def run_mode(
         "defaults" if plane.client_qps is None else f"{plane.client_qps[0]:g}/{plane.client_qps[1]}"
     )
     result.errors = errors[:5]
+    # Printed before the clean-up: a run's figures are kept whatever the clean-up meets.
+    print(
+        json.dumps({"before_clean_up": asdict(result) | {"mig_gpus_open": result.mig_gpus_open[-3:]}}),
+        flush=True,
+    )
     clean_up(kube, run)
     wait_released(claims, held_before, timeout=120)
     claim_watch.stop()
@@ -432,7 +442,12 @@ def _result(
     start: float,
     ended: float,
 ) -> ChurnResult:
-    records = dict(pods.pods)
+    # The watches keep running until the clean-up: read copies taken under their locks.
+    with pods.lock:
+        records = dict(pods.pods)
+    with claims.lock:
+        first_allocation, owner_pod = dict(claims.first_allocation), dict(claims.owner_pod)
+        claim_timeline = list(claims.timeline)
     by_job: dict[str, list[PodRecord]] = defaultdict(list)
     for record in records.values():
         by_job[record.job].append(record)
@@ -442,8 +457,8 @@ def _result(
         if r.created is not None and r.bound is not None:
             waits[r.shape].append((r.bound - r.created) * speed)  # in trace seconds
     nvlink_ok = nvlink_all = numa_ok = numa_all = 0
-    for uid, devices in claims.first_allocation.items():
-        if uid in held_before or claims.owner_pod.get(uid) not in records:
+    for uid, devices in first_allocation.items():
+        if uid in held_before or owner_pod.get(uid) not in records:
             continue
         found = [attrs.get(d, {}) for d in devices]
         gpus = [a for a in found if "nvlinkDomain" in a and a.get("type") == "gpu"]
@@ -459,8 +474,8 @@ def _result(
     def weight(held: Iterable[Device]) -> float:
         return sum(_weight(attrs.get(d, {})) for d in held)
 
-    baseline = frozenset(d for uid in held_before for d in claims.first_allocation.get(uid, []))
-    timeline = [(t, held) for t, held in claims.timeline if start <= t <= ended]
+    baseline = frozenset(d for uid in held_before for d in first_allocation.get(uid, []))
+    timeline = [(t, held) for t, held in claim_timeline if start <= t <= ended]
     used, previous_t, previous_held = 0.0, start, frozenset[Device]()
     for t, held in timeline:
         used += (t - previous_t) * weight(previous_held - baseline)
@@ -495,10 +510,30 @@ def _result(
     )
 
 
-def clean_up(kube: Kube, run: str) -> None:
-    """Delete the run's pods (kwok removes them; the garbage collector their claims)."""
-    selector = f"{RUN_LABEL}%3D{run}"
-    kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={selector}", ok=(200,))
+def clean_up(kube: Kube, run: str, timeout: float = 900) -> None:
+    """Delete the run's pods (kwok removes them; the garbage collector their claims) and wait
+    until none is left. Thousands of pods take the API server longer than a request's timeout
+    at 500 nodes: it answers 504 after 60 s (or drops the connection) and stops deleting, so the
+    delete is sent again until none is left."""
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={RUN_LABEL}%3D{run}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.exceptions.Timeout, requests.exceptions.ConnectionError):
+            kube.request("DELETE", path, ok=(200, 504), timeout=90)
+        if not kube.request("GET", path + "&limit=1")["items"]:
+            break
+        time.sleep(2)
+    else:
+        raise TimeoutError(f"run {run}: pods still there {timeout:g} s after their deletion")
+    # The pods' generated claims (named after them) gone too, so the next mode's window of the
+    # controller's client-side throttling holds none of this run's deletes.
+    claims = f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"
+    while time.monotonic() < deadline:
+        names = [c["metadata"]["name"] for c in kube.request("GET", claims, timeout=90)["items"]]
+        if not any(name.startswith(f"{run}-") for name in names):
+            return
+        time.sleep(2)
+    raise TimeoutError(f"run {run}: generated claims still there {timeout:g} s after the pods' deletion")
 
 
 def wait_released(claims: ClaimLedger, held_before: set[str], timeout: float) -> bool:
@@ -598,6 +633,18 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="kube-controller-manager's and kube-scheduler's client QPS (burst twice it); 0: their defaults",
     )
+    parser.add_argument(
+        "--held-fraction",
+        type=float,
+        default=0.3,
+        help="share of the fleet's accelerators held by pods that run throughout",
+    )
+    parser.add_argument(
+        "--node-lease-seconds",
+        type=int,
+        default=40,
+        help="kwok's node Lease duration (renewed every quarter of it; a kubelet's is 40)",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--plot", type=Path)
@@ -605,7 +652,8 @@ def main(argv: list[str] | None = None) -> int:
     trace = make_trace(args.seed, args.minutes * 60, args.jobs_per_minute)
     print(
         f"trace: {len(trace)} jobs over {args.minutes} trace minutes at speed {args.speed}x "
-        f"({platform.node()}, {platform.processor() or platform.machine()})",
+        f"on {args.nodes} nodes, {args.held_fraction:.0%} of the accelerators held throughout "
+        f"({platform.node()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs)",
         flush=True,
     )
 
@@ -614,14 +662,17 @@ def main(argv: list[str] | None = None) -> int:
             super().__post_init__()
             if args.client_qps:
                 self.client_qps = (args.client_qps, int(2 * args.client_qps))
+            self.node_lease_seconds = args.node_lease_seconds
 
     results = []
     with running(version=args.version, name="churn", kind=_Plane) as plane:
-        prepare(plane, args.nodes, args.seed)
+        prepare(plane, args.nodes, args.seed, held_fraction=args.held_fraction)
         for mode in args.modes:
             result = run_mode(plane, mode, trace, speed=args.speed, nodes=args.nodes, drain=args.drain)
             print(json.dumps(asdict(result) | {"mig_gpus_open": result.mig_gpus_open[-3:]}), flush=True)
             results.append(result)
+            if args.json:  # after each mode: a later failure keeps the runs done
+                args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
     table = markdown(results)
     print(table)
     if args.json:
