@@ -36,8 +36,14 @@ and a single leader keep two claims off one device.
 A failure after some writes undoes them before answering: our `reservedFor` entry is removed,
 our allocation too if no other consumer remains, and the finalizer we added if the claim is
 unallocated again (the finalizer of a claim someone else allocated protects their allocation,
-so it stays). Nothing of another writer is ever removed. The whole write-and-undo sequence is
-shielded from cancellation of the HTTP handler, so a dropped connection cannot stop it midway.
+so it stays). Nothing of another writer is ever removed. One failure keeps its writes: a
+Binding whose answer was lost while the pod is not seen bound to the node (the API server
+restarting, a request still in flight). Undoing there can leave a bound pod without its
+devices; keeping them leaves the claims allocated and reserved for an unbound pod, which
+kube-scheduler retries: filter then passes only the allocation's node and the next bind writes
+just the Binding. If the pod is deleted instead, the resourceclaim controller releases them.
+The whole write-and-undo sequence is shielded from cancellation of the HTTP handler, so a
+dropped connection cannot stop it midway.
 
 Threads: the choose step (evaluation, assume) and every other use of the placement, the cluster
 state and the AssumeCache run on the placement's worker thread (`extender.worker`), the only
@@ -124,6 +130,15 @@ class BindFailure(Exception):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class BindingOutcomeUnknown(BindFailure):
+    """The Binding's answer was lost and the pod is not known to be bound to the node: it may
+    have been made, or be made later by a request still in the API server. The bind answers
+    with an error but keeps its claim writes (see the module docstring)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, API_ERROR)
 
 
 @dataclass(slots=True)
@@ -267,16 +282,15 @@ class KubeBinder:
                 await self._patch_pod_status(namespace, name, extended_status)
             self._check_leader()
             await self._create_binding(namespace=namespace, name=name, uid=pod_uid, node=node)
+        except BindingOutcomeUnknown:
+            self._record_written(writes)  # kept: the assumed entries wait for the watch as on success
+            raise
         except BaseException:
             for write in reversed(writes):
                 await self._undo(write, consumer)
             await worker.run(_forget_all, self._placement.assumed, assumed, pod_uid)
             raise
-        with self._written_lock:
-            for write in writes:
-                if write.allocation is not None:
-                    written_rv = ((write.current or {}).get("metadata") or {}).get("resourceVersion", "")
-                    self._written[write.uid] = (write.namespace, write.name, str(written_rv))
+        self._record_written(writes)
         observed.report_bound(
             [observed.Bound(w.ref, observed.result_devices(w.allocation), w.created) for w in writes]
         )
@@ -290,6 +304,15 @@ class KubeBinder:
         )
         return placed
 
+    def _record_written(self, writes: list[_ClaimWrite]) -> None:
+        """Remember the allocations this bind wrote, so their assumed entries go once the watch
+        shows them (`_write_visible`)."""
+        with self._written_lock:
+            for write in writes:
+                if write.allocation is not None:
+                    written_rv = ((write.current or {}).get("metadata") or {}).get("resourceVersion", "")
+                    self._written[write.uid] = (write.namespace, write.name, str(written_rv))
+
     def _choose(
         self, pod: Pod, node: str, consumer: dict[str, str]
     ) -> tuple[list[_ClaimWrite], list[str], tuple[Mapping[str, str], ...], Placed]:
@@ -299,6 +322,7 @@ class KubeBinder:
         evaluation and the `assume` calls.
         """
         self._prune_assumed()
+        self._placement.holds.release(consumer["uid"])  # a PodGroup member's hold: chosen for real now
         ours = profiles.places(self._scheduler_names, pod)
         if not ours:
             claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
@@ -693,11 +717,17 @@ class KubeBinder:
                 return
             if exc.status != 0:
                 raise
-            # No answer (a cut connection, a timeout): the Binding may have been made. Undoing the
-            # claims of a pod that is bound leaves it without its devices (the fault tests' cut
-            # connections did), so the pod decides: bound here is success, anything else fails.
+            # No answer (a cut connection, a timeout): the Binding may have been made, or may
+            # still be made by a request the API server is working on. Undoing the claims of a
+            # pod that is bound leaves it without its devices (the fault tests' cut connections
+            # and API server restarts did), so: bound here is success; anything else fails but
+            # keeps the claims for the pod (BindingOutcomeUnknown).
             if not await self._bound_after_lost_answer(namespace=namespace, name=name, uid=uid, node=node):
-                raise
+                raise BindingOutcomeUnknown(
+                    f"pod {namespace}/{name}: the Binding to node {node} got no answer "
+                    f"({api.describe(exc)}) and the pod is not known to be bound; its claims stay "
+                    "allocated and reserved for it, so a retry binds it to that node"
+                ) from None
             log.warning(
                 "bind pod %s/%s: the Binding's answer was lost (%s); the pod is bound to %s",
                 namespace, name, api.describe(exc), node,
@@ -737,7 +767,7 @@ class KubeBinder:
             pod = api.read_json(raw)
             same = (pod.get("metadata") or {}).get("uid") == uid
             return same and (pod.get("spec") or {}).get("nodeName") == node
-        log.error("bind pod %s/%s: cannot tell whether the lost Binding was made; undoing", namespace, name)
+        log.error("bind pod %s/%s: cannot tell whether the lost Binding was made", namespace, name)
         return False
 
 

@@ -76,6 +76,8 @@ class RequestInfo:
 
 #: `_FailRule.status` of `lose_answer_next`: carry the request out, then drop the connection.
 LOSE_ANSWER = 0
+#: `_FailRule.status` of `drop_next`: drop the connection without carrying the request out.
+DROP = -1
 
 
 @dataclass(slots=True)
@@ -388,6 +390,21 @@ class FakeApiServer:
         with self._control_lock:
             self._control.fail_rules.append(rule)
 
+    def drop_next(
+        self,
+        n: int = 1,
+        *,
+        verb: str | None = None,
+        resource: str | None = None,
+        subresource: str | None = None,
+    ) -> None:
+        """Close the connections of the next `n` matching requests without carrying them out: a
+        request lost on the way in (the client cannot tell it from a lost answer)."""
+        plural = None if resource is None else resolve_type(resource).resource
+        rule = _FailRule(n, DROP, verb, plural, subresource, "")
+        with self._control_lock:
+            self._control.fail_rules.append(rule)
+
     def set_served(self, kind: str, served: bool, version: str | None = None) -> None:
         """Serve or stop serving a resource (all its versions, or one): unserved paths answer 404."""
         rtype = resolve_type(kind)
@@ -507,6 +524,9 @@ class FakeApiServer:
                     await result
             failure = self._take_failure(info)
             lose_answer = failure is not None and failure.code == LOSE_ANSWER
+            if failure is not None and failure.code == DROP and request.transport is not None:
+                request.transport.abort()  # never carried out, and the client never hears of it
+                return web.Response(status=500)
             if failure is not None and not lose_answer:
                 raise failure
             with self._control_lock:

@@ -14,6 +14,7 @@ import asyncio
 import pytest
 
 from extender.claims import DELETE_PROTECTION_FINALIZER
+from extender.kube.binder import LOST_ANSWER_READS
 from extender.pods import parse_pod
 from extender.verdicts import (
     ALLOCATED_ELSEWHERE,
@@ -305,6 +306,44 @@ async def test_a_binding_whose_answer_is_lost_is_kept(fake_api: FakeApiServer):
         claim = h.claim("c1")
         assert claim["status"]["allocation"]["devices"]["results"]
         assert [r["name"] for r in claim["status"]["reservedFor"]] == ["p1"]
+
+
+async def test_a_lost_binding_answer_while_the_api_server_is_away_keeps_the_claims(fake_api: FakeApiServer):
+    """The Binding is made but its answer is lost, and the pod cannot be read back (the API server
+    restarting: the fault test's pod bound without its claims). The bind fails, but its claims
+    stay allocated and reserved for the pod, and the scheduler's retry succeeds."""
+    seed(fake_api, gpus={"n1": 2}, claims={"c1": 1}, pods={"p1": ["c1"]})
+    async with Harness(fake_api) as h:
+        fake_api.lose_answer_next(1, verb="create", resource="pods", subresource="binding")
+        fake_api.fail_next(LOST_ANSWER_READS, status=503, verb="get", resource="pods")
+        error, reason = await h.bind("p1", "n1")
+        assert reason == API_ERROR and "not known to be bound" in error
+        assert h.pod("p1")["spec"]["nodeName"] == "n1"
+        claim = h.claim("c1")
+        assert allocated_devices(claim) and reserved_uids(claim) == [h.pod("p1")["metadata"]["uid"]]
+        assert len(h.placement.assumed) == 1  # kept until the watch shows the write
+        await h.caught_up()
+        assert await h.bind("p1", "n1") == ("", OK)
+
+
+async def test_a_binding_lost_on_the_way_keeps_the_claims_for_the_retry(fake_api: FakeApiServer):
+    """The Binding never reaches the API server and its connection drops: the pod reads as
+    unbound, but a request lost this way cannot be told from one the server is still carrying
+    out, so the claims stay the pod's. The retry on the same node writes only the Binding, and
+    the kept devices are not given to another pod meanwhile."""
+    seed(fake_api, gpus={"n1": 1}, claims={"c1": 1, "c2": 1}, pods={"p1": ["c1"], "p2": ["c2"]})
+    async with Harness(fake_api) as h:
+        fake_api.drop_next(1, verb="create", resource="pods", subresource="binding")
+        error, reason = await h.bind("p1", "n1")
+        assert reason == API_ERROR and "not known to be bound" in error
+        assert not h.pod("p1")["spec"].get("nodeName")
+        assert reserved_uids(h.claim("c1")) == [h.pod("p1")["metadata"]["uid"]]
+        assert (await h.bind("p2", "n1"))[1] == NO_FIT
+        await h.caught_up()
+        fake_api.clear_request_log()
+        assert await h.bind("p1", "n1") == ("", OK)
+        assert writes(fake_api) == [BINDING]
+        assert h.pod("p1")["spec"]["nodeName"] == "n1"
 
 
 @pytest.mark.parametrize("contenders", [2, 3])
