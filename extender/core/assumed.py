@@ -52,6 +52,11 @@ class AssumeCache:
         self._entries[claim_uid] = Assumption(claim_uid, pod_uid, allocation, self._clock() + self._ttl)
         self.version += 1
 
+    def allocation_of(self, claim_uid: str) -> dict[str, Any] | None:
+        """The allocation assumed for the claim (expired or not), or None."""
+        entry = self._entries.get(claim_uid)
+        return entry.allocation if entry is not None else None
+
     def forget(self, claim_uid: str) -> None:
         """Drop an entry (write visible, or bind failed)."""
         if self._entries.pop(claim_uid, None) is not None:

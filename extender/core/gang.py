@@ -253,7 +253,7 @@ def clique_scores(
     placed = list(placed_nodes)
     home = home_clique(clique_of, placed)
     rest = None if gang.size is None else max(gang.size - len(placed), 0)
-    fit = _fit_terms(slots, rest)
+    fit = fit_terms(slots, rest)
     out: dict[str, float] = {}
     for name, clique in zip(candidates, cliques, strict=True):
         if not clique:
@@ -267,7 +267,7 @@ def clique_scores(
     return out
 
 
-def _fit_terms(slots: Mapping[str, int], need: int | None) -> dict[str, float]:
+def fit_terms(slots: Mapping[str, int], need: int | None) -> dict[str, float]:
     """Best fit: the tightest clique that holds `need` members scores 1, looser ones down to
     LOOSE_FIT, cliques that cannot hold them 0 (`need` None: LOOSE_FIT for all)."""
     if need is None:
@@ -413,12 +413,12 @@ class Gangs:
     def members(self, member: Gang, pod_uid: str) -> dict[str, str]:
         """pod uid -> node of the gang's other members: bound (in the state), assumed (bind) or,
         for members in flight, nominated (prioritize)."""
-        members = self._known(member)
+        members = self.known(member)
         members.update(self.in_flight(member, members))
         members.pop(pod_uid, None)
         return members
 
-    def _known(self, member: Gang) -> dict[str, str]:
+    def known(self, member: Gang) -> dict[str, str]:
         """pod uid -> node of the gang's members that are bound (in the state) or assumed (bind)."""
         generation = self._state.claims_generation
         if self._gang_pods[0] != generation:
@@ -510,7 +510,7 @@ class Gangs:
             return by_node
         uid = pod.uid
         cliques = self.node_domains(member)
-        known = self._known(member)
+        known = self.known(member)
         in_flight = self.in_flight(member, known)
         in_flight.pop(uid, None)
         known.pop(uid, None)
@@ -542,7 +542,7 @@ class Gangs:
         # cycle every member is filtered before any binds, and with TopologyAwareWorkloadScheduling
         # once per candidate domain; a nomination from another candidate (or one prioritize never
         # refreshed: one feasible node skips scoring) must not fail this one.
-        placed = self._known(member) if constrained else self.members(member, pod.uid)
+        placed = self.known(member) if constrained else self.members(member, pod.uid)
         placed.pop(pod.uid, None)
         home = home_clique(domains, placed.values())
         if home is None:

@@ -3,11 +3,12 @@
 For each pod it resolves the claims, then the deciding tiers (`extender.core.tiers`) decide for
 every candidate node whether upstream's allocator would find an allocation there; the ranking
 (`extender.core.ranking`) scores the nodes that passed; the bind choice (`extender.core.binding`)
-turns the best set into claim allocations. Two parts plug in beside them, each called once per
-verb: extended resources split a pod by the kinds of node (`extended.filter_parts`), gangs rule
-out and score domains (`gang.Gangs`). The evaluation is cached by pod UID, the pod's claim
-references and the (devices, claims, assumed) generations (`extender.core.evaluation`), so
-filter, prioritize and bind of one pod in one scheduling cycle share the work.
+turns the best set into claim allocations. Parts plug in beside them, each called once per verb:
+extended resources split a pod by the kinds of node (`extended.filter_parts`), gangs rule out and
+score domains (`gang.Gangs`), a PodGroup member's filter holds its node and devices through
+upstream's pod-group cycle (`gang_cycle.CycleHolds`). The evaluation is cached by pod UID, the
+pod's claim references and the (devices, claims, assumed) generations, so filter, prioritize and
+bind of one pod in one scheduling cycle share the work.
 
 Lifecycle: one Placement per process, single-threaded: in the server every call runs on its
 `worker` thread (`extender.worker`), which is also the only thread that writes the ClusterState
@@ -30,7 +31,7 @@ from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
 from extender.claims import Claim
 from extender.cluster.state import ClusterState
-from extender.core import binding, extended, gang, observed, scoring, tiers
+from extender.core import binding, extended, gang, gang_cycle, observed, scoring, tiers
 from extender.core.assumed import AssumeCache
 from extender.core.evaluation import Evaluations, PodEvaluation, claims_key, evaluation_of
 from extender.core.ranking import KernelMeter, Ranker
@@ -89,6 +90,7 @@ class Placement:
             seen=self.seen_pod,
             clock=clock,
         )  # fmt: skip  (seen_pod reads `evaluations` per call: wiring replaces it with a bounded one)
+        self.holds = gang_cycle.CycleHolds(self)  # PodGroup members in upstream's pod-group cycle
         #: The thread the server and the binders run this placement's work on (started lazily).
         self.worker = worker or PlacementWorker()
 
@@ -132,7 +134,8 @@ class Placement:
         parts = self.extended_parts(pod, node_names)
         if parts is not None:  # an extended-resource pod: one verdict per kind of node
             return extended.filter_parts(parts, node_names, self._part_verdict)
-        return self.filter_verdict(pod, self.evaluate(pod, node_names), node_names)
+        held = self.holds.filter(pod, node_names)  # a PodGroup member: one node, devices held
+        return held or self.filter_verdict(pod, self.evaluate(pod, node_names), node_names)
 
     def _part_verdict(self, part: Pod, names: list[str]) -> FilterVerdict:
         return self.filter_verdict(part, self.evaluate(part, names), names)
@@ -195,22 +198,16 @@ class Placement:
 
     def choose_allocations(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
         """The allocations bind writes on a node that passed (`binding.choose_allocations`)."""
-        return binding.choose_allocations(
-            evaluation, name, view=self.view, ranker=self.ranker, search=self.search
-        )
+        view, ranker, search = self.view, self.ranker, self.search
+        return binding.choose_allocations(evaluation, name, view=view, ranker=ranker, search=search)
 
     def allocations_on(self, evaluation: PodEvaluation, name: str) -> list[ClaimAllocation] | None:
         return self.search.allocations_on(evaluation, name)  # upstream's first fit on a passed node
 
     def choose_for_bind(
-        self,
-        pod: Pod,
-        node: str,
-        *,
-        wording: binding.Wording,
-        admit_allocated: Callable[[Claim], None] | None = None,
-        extended_resources: bool = True,
-    ) -> binding.BindChoice:
+        self, pod: Pod, node: str, *, wording: binding.Wording,
+        admit_allocated: Callable[[Claim], None] | None = None, extended_resources: bool = True,
+    ) -> binding.BindChoice:  # fmt: skip
         """What bind writes for the pod on the node, or `binding.BindRefusal` (see there)."""
         return binding.choose_for_bind(
             self, pod, node, wording=wording, admit_allocated=admit_allocated,

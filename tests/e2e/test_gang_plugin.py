@@ -11,13 +11,13 @@ loop:
   admits the gang and every member binds, all in one clique;
 - the extender's watch lists PodGroups from the version the API server serves.
 
-Known defect, found here and not yet fixed (docs/gangs.md, "With upstream's gang plugin"): in
-allocator mode kube-scheduler's pod-group cycle filters every member before any binds, and with
-DynamicResources disabled nothing tells it that an earlier member's devices are taken; it stacked
-a 6-member gang on the 2 free trays of a rack and a 7-member gang on a 6-tray rack, and the
-extender's binds then admitted only part of each gang. Those two cases are therefore not
-asserted here yet; this test keeps to a gang on empty racks, where the extender's nominations
-give every member its own tray.
+- the pod-group cycle filters every member before any binds, and in allocator mode nothing in
+  the scheduler counts an earlier member's devices: the extender's holds
+  (extender/core/gang_cycle.py) keep each member on its own tray. Before them the scheduler
+  stacked a 6-member gang on the 2 free trays of a partly used rack and a 7-member gang on a
+  6-tray rack, and the binds admitted part of each gang. Now the 6-member gang takes a whole free
+  rack, and the 7-member gang binds nothing, allocates nothing and leaves every tray free for
+  the next gang.
 
 Feature gates and API (pkg/features/kube_features.go of each version): 1.37 serves
 `scheduling.k8s.io/v1beta1` with `GenericWorkload` (beta, off by default), which also enables the
@@ -172,6 +172,52 @@ def test_a_gang_waits_for_its_quorum_then_lands_whole_in_one_clique(plane: Contr
 
     _delete_group(plane, "train-a")
     wait_until("every claim released", lambda: not _allocated_claims(plane, bound), 60)
+
+
+def _create_members(plane: ControlPlane, group: str, count: int) -> list[Obj]:
+    return [plane.kube.create(_member(group, i)) for i in range(count)]
+
+
+def _all_bound(plane: ControlPlane, group: str, count: int) -> list[Obj] | None:
+    pods = _pods(plane, group)
+    return pods if len(pods) == count and all(p["spec"].get("nodeName") for p in pods) else None
+
+
+def test_a_gang_after_another_takes_a_whole_free_rack(plane: ControlPlane) -> None:
+    """A 4-member gang leaves 2 trays of its rack free; a 6-member gang then needs a whole rack."""
+    _create_group(plane, _pod_group(plane, "first-4", 4))
+    _create_members(plane, "first-4", 4)
+    first = wait_until("the 4-member gang bound", lambda: _all_bound(plane, "first-4", 4), 120)
+    _create_group(plane, _pod_group(plane, "next-6", 6))
+    _create_members(plane, "next-6", 6)
+    bound = wait_until("the 6-member gang bound", lambda: _all_bound(plane, "next-6", 6), 120)
+    assert len(_cliques(plane, bound)) == 1, f"the gang spans cliques {_cliques(plane, bound)}"
+    assert _cliques(plane, bound) != _cliques(plane, first), "stacked on the partly used rack"
+    assert len({p["spec"]["nodeName"] for p in bound}) == 6  # a tray each
+    assert len(_allocated_claims(plane, bound)) == 6
+    for group, pods in (("first-4", first), ("next-6", bound)):
+        _delete_group(plane, group)
+        wait_until(f"{group}'s claims released", lambda pods=pods: not _allocated_claims(plane, pods), 60)
+
+
+def test_a_gang_larger_than_every_rack_binds_nothing_and_holds_nothing(plane: ControlPlane) -> None:
+    _create_group(plane, _pod_group(plane, "too-big-7", 7))
+    created = _create_members(plane, "too-big-7", 7)
+    time.sleep(20)  # several pod-group cycles and their retries
+    pods = _pods(plane, "too-big-7")
+    assert not [p for p in pods if p["spec"].get("nodeName")], "a member of a 7-gang bound on 6-tray racks"
+    assert not _allocated_claims(plane, created), "a claim was allocated for a gang that cannot fit"
+    for pod in pods:  # every waiting member says why
+        (condition,) = [c for c in pod["status"].get("conditions") or () if c["type"] == "PodScheduled"]
+        assert condition["status"] == "False" and condition.get("message"), condition
+    # While it waits, its cycles leave no device held: a 6-member gang still gets a whole rack.
+    _create_group(plane, _pod_group(plane, "beside-6", 6))
+    _create_members(plane, "beside-6", 6)
+    beside = wait_until("the 6-member gang bound", lambda: _all_bound(plane, "beside-6", 6), 120)
+    assert len(_cliques(plane, beside)) == 1
+    for group in ("too-big-7", "beside-6"):
+        _delete_group(plane, group)
+    wait_until("every claim released", lambda: not _allocated_claims(plane, [*created, *beside]), 60)
 
 
 def test_the_extender_reads_the_served_pod_group_api(plane: ControlPlane) -> None:
