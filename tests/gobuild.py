@@ -21,6 +21,7 @@ Go's own build and module caches (GOCACHE, GOMODCACHE) make a rebuild after a sm
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -168,6 +169,16 @@ def build(target: Target, *, log: bool = True) -> dict[str, Path]:
     if built(target):
         return target.binaries()
     out = output_dir(target)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # One builder per target: two pytest-xdist workers may ask for the same program at once.
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if built(target):
+            return target.binaries()
+        return _build_locked(target, out, log=log)
+
+
+def _build_locked(target: Target, out: Path, *, log: bool) -> dict[str, Path]:
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
