@@ -46,7 +46,7 @@ from typing import Any
 import requests
 
 from bench.apiwatch import Watch
-from bench.real_scheduler import MODES, SCHEDULER, percentile
+from bench.real_scheduler import MODES, SCHEDULER, add_client_qps_option, apply_client_qps, percentile
 from loadtests.fleet import (
     MIG_CLASS,
     MIXED_SHAPES,
@@ -627,12 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--version", default="1.36")
-    parser.add_argument(
-        "--client-qps",
-        type=float,
-        default=0.0,
-        help="kube-controller-manager's and kube-scheduler's client QPS (burst twice it); 0: their defaults",
-    )
+    add_client_qps_option(parser)
     parser.add_argument(
         "--held-fraction",
         type=float,
@@ -660,8 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     class _Plane(KwokPlane):
         def __post_init__(self) -> None:
             super().__post_init__()
-            if args.client_qps:
-                self.client_qps = (args.client_qps, int(2 * args.client_qps))
+            apply_client_qps(self, args.client_qps)
             self.node_lease_seconds = args.node_lease_seconds
 
     results = []

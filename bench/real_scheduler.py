@@ -344,6 +344,22 @@ def plot(results: list[RunResult], out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def add_client_qps_option(parser: argparse.ArgumentParser) -> None:
+    """`--client-qps`, shared by the benchmarks that run the real control plane."""
+    parser.add_argument(
+        "--client-qps",
+        type=float,
+        default=0.0,
+        help="kube-controller-manager's and kube-scheduler's client QPS (burst twice it); 0: their defaults",
+    )
+
+
+def apply_client_qps(plane: ControlPlane, qps: float) -> None:
+    """Raise the plane's client limits to `qps` (burst twice it); 0 keeps the programs' defaults."""
+    if qps:
+        plane.client_qps = (qps, int(2 * qps))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.real_scheduler", description=__doc__.split("\n")[0]

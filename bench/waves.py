@@ -37,7 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.apiwatch import Watch
-from bench.real_scheduler import MODES, SCHEDULER, SETTLE, _pod, percentile
+from bench.real_scheduler import (
+    MODES,
+    SCHEDULER,
+    SETTLE,
+    _pod,
+    add_client_qps_option,
+    apply_client_qps,
+    percentile,
+)
 from loadtests.fleet import generate_mixed_cluster
 from loadtests.generate import NAMESPACE, SHAPE_LABEL
 from tests.e2e.cluster import ControlPlane, Kube, collection_path, object_path
@@ -261,12 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument(
-        "--client-qps",
-        type=float,
-        default=0.0,
-        help="kube-controller-manager's and kube-scheduler's client QPS (burst twice it); 0: their defaults",
-    )
+    add_client_qps_option(parser)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     print(f"machine: {platform.platform()}, {os.cpu_count()} cores", flush=True)
@@ -275,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="dra-waves-") as work:
         plane = ControlPlane(Path(work))
-        if args.client_qps:
-            plane.client_qps = (args.client_qps, int(2 * args.client_qps))
+        apply_client_qps(plane, args.client_qps)
         try:
             plane.start()
             publish_fleet(plane.kube, objects)

@@ -111,6 +111,8 @@ TIED_CLIQUE = 0.8
 NOMINATION_SECONDS = 30.0
 #: Most nominations kept (oldest dropped first): a bound on what prioritize calls leave behind.
 NOMINATION_LIMIT = 4096
+#: Most parsed PodGroups kept (all dropped at once beyond it).
+POD_GROUP_CACHE_LIMIT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +375,9 @@ class Gangs:
         self._gang_pods: tuple[int, dict[str, dict[str, str]]] = (-1, {})  # (claims gen, key -> uid -> node)
         self._pods: tuple[int, dict[tuple[str, str], Pod]] = (-1, {})  # (claims gen, (ns, name) -> pod)
         self._labels: dict[str, tuple[int, dict[str, str]]] = {}  # key -> (index gen, node -> value)
+        #: (namespace, name) -> (the state's PodGroup object, its parse): every member's filter
+        #: and prioritize resolves its group, so the parse is kept while the object is the same.
+        self._groups: dict[tuple[str, str], tuple[Obj, PodGroup]] = {}
 
     def node_cliques(self) -> dict[str, str]:
         """node -> multi-node NVLink clique, per index generation."""
@@ -408,7 +413,15 @@ class Gangs:
         if member is None or not pod.pod_group_name:
             return member
         obj = self._state.get("PodGroup", pod.pod_group_name, pod.namespace)
-        return with_pod_group(member, parse_pod_group(obj) if obj is not None else None)
+        if obj is None:
+            return member
+        key = (pod.namespace, pod.pod_group_name)
+        cached = self._groups.get(key)
+        if cached is None or cached[0] is not obj:  # the state replaces an object on every change
+            if len(self._groups) >= POD_GROUP_CACHE_LIMIT:
+                self._groups.clear()
+            cached = self._groups[key] = (obj, parse_pod_group(obj))
+        return with_pod_group(member, cached[1])
 
     def members(self, member: Gang, pod_uid: str) -> dict[str, str]:
         """pod uid -> node of the gang's other members: bound (in the state), assumed (bind) or,

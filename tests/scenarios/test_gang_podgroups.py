@@ -185,3 +185,14 @@ def test_a_malformed_pod_group_is_refused_with_its_field(tmp_path: Path, change:
     path.write_text(yaml.safe_dump(group))
     with pytest.raises(StateLoadError, match=message):
         load_state_paths([path])
+
+
+def test_a_changed_pod_group_is_read_again() -> None:
+    """The parse is kept per PodGroup object; the watch's update (a new object) replaces it."""
+    placement = services(pod_group(min_count=4))
+    gang = placement.gangs.resolve(parse_pod(member(0)))
+    assert gang is not None and gang.size == 4
+    assert placement.gangs.resolve(parse_pod(member(1))).group is gang.group  # the same parse
+    placement.state.upsert(pod_group(min_count=2))
+    changed = placement.gangs.resolve(parse_pod(member(0)))
+    assert changed is not None and changed.size == 2
