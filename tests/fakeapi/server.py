@@ -385,10 +385,7 @@ class FakeApiServer:
     ) -> None:
         """Carry out the next `n` matching requests, then close their connections without an
         answer: a write that reached the server and whose answer a cut connection lost."""
-        plural = None if resource is None else resolve_type(resource).resource
-        rule = _FailRule(n, LOSE_ANSWER, verb, plural, subresource, "")
-        with self._control_lock:
-            self._control.fail_rules.append(rule)
+        self.fail_next(n, LOSE_ANSWER, verb=verb, resource=resource, subresource=subresource, message="-")
 
     def drop_next(
         self,
@@ -400,10 +397,7 @@ class FakeApiServer:
     ) -> None:
         """Close the connections of the next `n` matching requests without carrying them out: a
         request lost on the way in (the client cannot tell it from a lost answer)."""
-        plural = None if resource is None else resolve_type(resource).resource
-        rule = _FailRule(n, DROP, verb, plural, subresource, "")
-        with self._control_lock:
-            self._control.fail_rules.append(rule)
+        self.fail_next(n, DROP, verb=verb, resource=resource, subresource=subresource, message="-")
 
     def set_served(self, kind: str, served: bool, version: str | None = None) -> None:
         """Serve or stop serving a resource (all its versions, or one): unserved paths answer 404."""
