@@ -18,6 +18,10 @@ placement quality for gangs. It measures quality, not latency (`bench.filter_ben
   `node-local` takes the node `prioritize` ranks highest with gang scoring off (only the topology
   inside each node: locality, fragmentation, binpack); `gang-aware` is the same with the
   service's default gang scoring (clique term, `extender/core/gang.py`). Ties: cluster order.
+  `podgroup` declares each gang as a Workload API PodGroup (`minCount` = its members, topology
+  key = the clique label) and takes the one node filter passes (`extender/core/gang_cycle.py`:
+  the domain chosen over the fleet, each member's node held until its devices are written, the
+  hold dropped first as the binder does); a gang the chosen clique cannot hold is not placed.
 - Metrics (gangs arriving after `warmup` steps): gangs placed (%), placed gangs whole in one
   clique (%), mean cliques a placed gang spans, the largest block of untouched trays in one
   clique (mean over the measured steps: the biggest gang that could still land in one clique),
@@ -55,8 +59,8 @@ from extender.pods import parse_pod
 from loadtests.generate import NAMESPACE, _device_classes, _Ids, _namespace, _slice, node_object
 from loadtests.scenarios import machine_facts
 
-NODE_LOCAL, GANG_AWARE = "node-local", "gang-aware"
-POLICIES: tuple[str, ...] = (FIRST_FIT, NODE_LOCAL, GANG_AWARE)
+NODE_LOCAL, GANG_AWARE, PODGROUP = "node-local", "gang-aware", "podgroup"
+POLICIES: tuple[str, ...] = (FIRST_FIT, NODE_LOCAL, GANG_AWARE, PODGROUP)
 #: (members, weight): small gangs are common, whole-rack gangs rare.
 GANG_SIZES: tuple[tuple[int, float], ...] = (
     (2, 30),
@@ -146,7 +150,19 @@ def make_trace(*, gpus: int, steps: int, load: float, mean_lifetime: float, seed
 
 
 # ----------------------------------------------------------------------------- scheduling
-def _member(gang: Gang, index: int) -> tuple[Obj, Obj]:
+def _pod_group(gang: Gang) -> Obj:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": gang.name, "namespace": NAMESPACE, "uid": str(uuid.uuid5(_UIDS, gang.name))},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": gang.members}},
+            "schedulingConstraints": {"topology": [{"key": CLIQUE_LABEL}]},
+        },
+    }
+
+
+def _member(gang: Gang, index: int, *, pod_group: bool = False) -> tuple[Obj, Obj]:
     name = f"{gang.name}-{index:02d}"
     claim: Obj = {
         "apiVersion": "resource.k8s.io/v1",
@@ -160,7 +176,7 @@ def _member(gang: Gang, index: int) -> tuple[Obj, Obj]:
             {"name": "gpus", "exactly": {"deviceClassName": DEVICE_CLASS, "allocationMode": "ExactCount",
                                          "count": gang.gpus}}]}},
     }  # fmt: skip
-    pod = {
+    pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -173,6 +189,8 @@ def _member(gang: Gang, index: int) -> tuple[Obj, Obj]:
         "spec": {"containers": [{"name": "main", "image": "busybox"}],
                  "resourceClaims": [{"name": "gpus", "resourceClaimName": claim["metadata"]["name"]}]},
     }  # fmt: skip
+    if pod_group:
+        pod["spec"]["schedulingGroup"] = {"podGroupName": gang.name}
     return pod, claim
 
 
@@ -184,6 +202,7 @@ def _place_member(placement: Placement, nodes: list[str], pod: Obj, claim: Obj, 
     if verdict.error or not verdict.passed:
         state.delete("ResourceClaim", claim["metadata"]["name"], NAMESPACE)
         return None
+    placement.holds.release(record.uid)  # a PodGroup member's hold: chosen for real now, as bind does
     node, allocations, _ = choose(placement, record, verdict.passed, policy)
     if not allocations:
         state.delete("ResourceClaim", claim["metadata"]["name"], NAMESPACE)
@@ -208,14 +227,17 @@ def release(state: ClusterState, gang: Gang, members: int) -> None:
         name = f"{gang.name}-{index:02d}"
         state.delete("ResourceClaim", f"{name}-gpus", NAMESPACE)
         state.delete("Pod", name, NAMESPACE)
+    state.delete("PodGroup", gang.name, NAMESPACE)
 
 
 def schedule_gang(placement: Placement, nodes: list[str], gang: Gang, policy: str) -> GangRecord:
     """Place every member or none (the members placed so far are released on failure)."""
     record = GangRecord(gang)
     started = time.perf_counter()
+    if policy == PODGROUP:
+        placement.state.upsert(_pod_group(gang))
     for index in range(gang.members):
-        pod, claim = _member(gang, index)
+        pod, claim = _member(gang, index, pod_group=policy == PODGROUP)
         node = _place_member(placement, nodes, pod, claim, policy)
         if node is None:
             release(placement.state, gang, index)
@@ -233,7 +255,7 @@ def simulate(
     of the largest free block of trays in one clique, and node -> clique."""
     objects, nodes, clique_of = cluster_objects(racks, trays)
     state = ClusterState.from_objects(objects)
-    weight = 0.0 if policy != GANG_AWARE else GangSettings().weight
+    weight = 0.0 if policy not in (GANG_AWARE, PODGROUP) else GangSettings().weight
     placement = Placement(
         state, features=Features(), assumed=AssumeCache(), gang_settings=GangSettings(weight=weight)
     )

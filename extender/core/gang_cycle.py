@@ -96,10 +96,10 @@ class CycleHolds:
             passed = [top]
         elif not passed and not answer.error:
             ruled_out = set(outside) | set(placement.gangs.outside_domain(pod, node_names))
-            if previous is not None and ruled_out.issuperset(node_names):
-                self._restore(pod.uid, previous)  # another placement's nodes: its hold stands
-            else:
+            if not ruled_out.issuperset(node_names):
                 self._release_group(member.key)  # no room in its domain: the scheduler reverts all
+            elif previous is not None:
+                self._restore(pod.uid, previous)  # another placement's nodes: its hold stands
         unresolvable, error = answer.unresolvable, answer.error
         return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable, error=error)
 

@@ -59,3 +59,24 @@ def test_cli_writes_the_results_block(tmp_path) -> None:
     assert (
         text.startswith("# Gangs\n\nintro\n") and "| gang-aware |" in text and "<!-- results:end -->" in text
     )
+
+
+def test_a_pod_group_waits_rather_than_span_cliques() -> None:
+    """The podgroup policy: a gang no clique can hold is not placed (gang-aware would split it);
+    one that fits takes the tightest clique, a tray per member, and leaves nothing held."""
+    placement, nodes, cliques = _placement(racks=2, trays=3)
+    gp.schedule_gang(placement, nodes, gp.Gang(0, members=1, gpus=4, arrival=0, departure=9), gp.PODGROUP)
+    split = gp.schedule_gang(
+        placement, nodes, gp.Gang(1, members=4, gpus=4, arrival=0, departure=9), gp.GANG_AWARE
+    )
+    assert len({cliques[n] for n in split.nodes}) == 2  # the control: gang-aware spans both racks
+    gp.release(placement.state, gp.Gang(1, members=4, gpus=4, arrival=0, departure=9), 4)
+    waits = gp.schedule_gang(
+        placement, nodes, gp.Gang(2, members=4, gpus=4, arrival=0, departure=9), gp.PODGROUP
+    )
+    assert waits.nodes == [] and placement.state.get("PodGroup", "gang-00002", gp.NAMESPACE) is None
+    fits = gp.schedule_gang(
+        placement, nodes, gp.Gang(3, members=3, gpus=4, arrival=0, departure=9), gp.PODGROUP
+    )
+    assert len(set(fits.nodes)) == 3 and len({cliques[n] for n in fits.nodes}) == 1
+    assert len(placement.holds) == 0 and len(placement.assumed) == 0
