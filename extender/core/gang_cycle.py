@@ -94,12 +94,12 @@ class CycleHolds:
             top = self._hold_one(member, pod, evaluation, passed)
             failed.update((name, self._elsewhere(pod, top)) for name in passed if name != top)
             passed = [top]
-        elif not passed and not answer.error:
+        elif not passed:
             ruled_out = set(outside) | set(placement.gangs.outside_domain(pod, node_names))
-            if not ruled_out.issuperset(node_names):
+            if not answer.error and not ruled_out.issuperset(node_names):
                 self._release_group(member.key)  # no room in its domain: the scheduler reverts all
-            elif previous is not None:
-                self._restore(pod.uid, previous)  # another placement's nodes: its hold stands
+            elif previous is not None:  # another placement's nodes, or no answer: the hold stands
+                self._restore(pod.uid, previous)
         unresolvable, error = answer.unresolvable, answer.error
         return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable, error=error)
 
@@ -187,8 +187,10 @@ class CycleHolds:
         ranked = dict(zip(scored, values.tolist(), strict=True))
         top = max(passed, key=lambda name: (ranked.get(name, 0), name))
         allocations = placement.choose_allocations(evaluation, top)
+        if allocations is None:
+            return top  # the node cannot hold them after all (cannot happen for a passed node): unheld
         claims: dict[str, dict[str, Any]] = {}
-        for claim, chosen in zip(evaluation.claims.pending, allocations or (), strict=True):
+        for claim, chosen in zip(evaluation.claims.pending, allocations, strict=True):
             placement.assumed.assume(claim.uid, chosen.allocation, pod_uid=pod.uid)
             claims[claim.uid] = chosen.allocation
         placement.assumed.assume_pod(pod.uid, top)
