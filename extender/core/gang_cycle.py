@@ -92,7 +92,8 @@ class CycleHolds:
         failed = {**answer.failed, **outside}
         if passed and evaluation.claims.pending:
             top = self._hold_one(member, pod, evaluation, passed)
-            failed.update((name, self._elsewhere(pod, top)) for name in passed if name != top)
+            elsewhere = self._elsewhere(pod, top)  # one text for every other node
+            failed.update((name, elsewhere) for name in passed if name != top)
             passed = [top]
         elif not passed:
             ruled_out = set(outside) | set(placement.gangs.outside_domain(pod, node_names))
@@ -156,15 +157,22 @@ class CycleHolds:
         if chosen is None:
             return {}
         domains = gangs.node_domains(member)
-        return {
-            name: (
-                f"PodGroup {group.ref} requires all its pods in one {key}; the extender places it in "
-                f"{key}={chosen}, where its {member.size} pods fit most tightly (this node has "
-                + (f"{key}={domains[name]})" if name in domains else f"no {key} label)")
-            )
-            for name in passed
-            if domains.get(name) != chosen
-        }
+        reasons: dict[str | None, str] = {}  # one text per domain value, not per node
+        out: dict[str, str] = {}
+        for name in passed:
+            domain = domains.get(name)
+            if domain == chosen:
+                continue
+            reason = reasons.get(domain)
+            if reason is None:
+                where = f"{key}={domain}" if domain is not None else f"no {key} label"
+                reason = reasons[domain] = (
+                    f"PodGroup {group.ref} requires all its pods in one {key}; the extender places "
+                    f"it in {key}={chosen}, where its {member.size} pods fit most tightly (this "
+                    f"node has {where})"
+                )
+            out[name] = reason
+        return out
 
     def _chosen_domain(self, pod: Pod, member: Gang) -> str | None:
         """The value of the key whose nodes fit the group most tightly, over the whole fleet."""
