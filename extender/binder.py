@@ -23,7 +23,7 @@ import functools
 import logging
 
 from extender import profiles
-from extender.claims import DELETE_PROTECTION_FINALIZER, resolve_pod_claims
+from extender.claims import DELETE_PROTECTION_FINALIZER, consumer_for
 from extender.cluster.state import ClusterState
 from extender.core import binding, extended, observed
 from extender.core.evaluation import PODS_SEEN_SIZE
@@ -110,7 +110,7 @@ class InMemoryBinder:
                 return "", None  # an earlier bind placed it
             return f"pod {namespace}/{name} is already bound to node {bound_to}", None
         if not profiles.places(self._scheduler_names, pod):
-            claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
+            claims = binding.resolve_claims(self._placement, pod)
             refusal = profiles.bind_refusal(self._scheduler_names, pod, claims)
             if refusal:
                 return refusal, None
@@ -131,12 +131,14 @@ class InMemoryBinder:
             if choice.extended is not None and source is choice.extended.source:
                 source = created = extended.created(source, self._state)
                 ref = written_created = f"{claim.namespace}/{created['metadata']['name']}"
-            self._state.upsert(_allocated_claim(source, allocation.allocation, consumer))
+            self._state.upsert(
+                _allocated_claim(source, allocation.allocation, consumer_for(claim, claims, consumer))
+            )
             written.append(ref)
         for claim in claims.allocated:
             original = self._state.get("ResourceClaim", claim.name, claim.namespace)
             if original is not None:
-                self._state.upsert(_reserved_claim(original, consumer))
+                self._state.upsert(_reserved_claim(original, consumer_for(claim, claims, consumer)))
         bound = _writable(pod.source)  # the object as stored or received: dicts stay at the edge
         bound.setdefault("kind", "Pod")
         bound.setdefault("metadata", {}).setdefault("namespace", namespace)

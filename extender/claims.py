@@ -5,6 +5,13 @@ Mirrors the in-tree DynamicResources plugin's PreEnqueue/PreFilter checks (exten
 owned by the pod, or a claim whose consumers are full make the pod unschedulable everywhere.
 Those are returned as `PodClaims.problem`, never raised, so one bad pod cannot affect another.
 
+With `DRAWorkloadResourceClaims` (`pod_groups=True`) a pod may share claims with its PodGroup,
+as k8s.io/dynamic-resource-allocation v0.37.2 `resourceclaim` decides: a pod entry whose name and
+claim (or template) name equal one of the PodGroup's `spec.resourceClaims` is bound to the group
+(`BindTo`: the claim is reserved for the PodGroup, once, not for each member); a claim made from a
+template may be owned by the pod's PodGroup (`IsForPod`), and an entry reserving the PodGroup by
+name counts as reserving each member (`IsReservedForPod`).
+
 Malformed input gets the same treatment (defence in depth: the loaders already refuse invalid
 objects, see `extender.validation`): a malformed pod, a claim the kube source refused, or a
 malformed claim found in the state make only the pods that use it unschedulable, with the
@@ -19,14 +26,15 @@ keeps the object for the binders that write it back and for the allocator's own 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extender.allocator.model import DeviceID
 from extender.allocator.nodeselection import selector_matches
 from extender.cluster.state import ClusterState
 from extender.objects import Obj, mapping_field, text_field
-from extender.pods import Pod
+from extender.podgroups import PodGroup, parse_pod_group
+from extender.pods import Pod, PodResourceClaim
 from extender.quantity import Quantity
 from extender.validation import problems
 
@@ -36,6 +44,9 @@ ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
 RESERVED_FOR_MAX = 256
 #: Finalizer the scheduler adds to claims it allocates (both binders write it).
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
+#: A `reservedFor` entry naming a PodGroup has this apiGroup and resource (resourceclaim.BindTo).
+POD_GROUP_API_GROUP = "scheduling.k8s.io"
+POD_GROUP_RESOURCE = "podgroups"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +61,12 @@ class Claim:
     node_selector: Obj | None = field(default=None, hash=False)
     #: The `uid` of each `status.reservedFor` entry that is an object (None where it has none).
     reserved_for: tuple[str | None, ...] = ()
+    #: The names of the PodGroups in `status.reservedFor` (a PodGroup entry reserves the claim for
+    #: every member, which knows its group's name but not its uid).
+    reserved_for_groups: tuple[str, ...] = ()
+    #: The pod's entry for this claim is also its PodGroup's (set by `resolve_pod_claims` with
+    #: `pod_groups`): the binders reserve it for the group (`PodClaims.group`), not the pod.
+    for_group: bool = False
     #: The object as resolved (with an in-flight allocation merged into its status). Read by the
     #: binders, which write it back, and by the allocator's `parse_claim`.
     source: Obj = field(default_factory=dict, repr=False, compare=False, hash=False)
@@ -79,6 +96,14 @@ def parse_resource_claim(obj: Any) -> Claim:
             for r in (reserved if isinstance(reserved, list) else ())
             if isinstance(r, dict)
         ),
+        reserved_for_groups=tuple(
+            r["name"]
+            for r in (reserved if isinstance(reserved, list) else ())
+            if isinstance(r, dict)
+            and r.get("apiGroup") == POD_GROUP_API_GROUP
+            and r.get("resource") == POD_GROUP_RESOURCE
+            and isinstance(r.get("name"), str)
+        ),
         source=source,
     )
 
@@ -90,6 +115,8 @@ class PodClaims:
     pending: list[Claim] = field(default_factory=list)  # unallocated claims, in pod order
     allocated: list[Claim] = field(default_factory=list)  # allocated claims the pod uses
     problem: str = ""
+    #: The `reservedFor` entry of the pod's PodGroup, when a claim is `for_group`; else None.
+    group: dict[str, str] | None = None
 
     @property
     def uses_claims(self) -> bool:
@@ -101,8 +128,13 @@ def claim_ref(claim: Obj) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
-def resolve_pod_claims(pod: Pod, state: ClusterState, *, assumed: dict[str, Obj] | None = None) -> PodClaims:
-    """Find the pod's claims in `state`; `assumed` maps claim uid -> in-flight allocation."""
+def resolve_pod_claims(
+    pod: Pod, state: ClusterState, *, assumed: dict[str, Obj] | None = None, pod_groups: bool = False
+) -> PodClaims:
+    """Find the pod's claims in `state`; `assumed` maps claim uid -> in-flight allocation.
+
+    `pod_groups`: `DRAWorkloadResourceClaims` is on (see the module docstring).
+    """
     if pod.problem:
         return PodClaims(problem=pod.problem)
     namespace = pod.namespace
@@ -110,6 +142,16 @@ def resolve_pod_claims(pod: Pod, state: ClusterState, *, assumed: dict[str, Obj]
     statuses = {s.name: s for s in pod.resource_claim_statuses}
     result = PodClaims()
     seen: set[str] = set()
+    group_name = pod.pod_group_name if pod_groups else ""
+    group: PodGroup | None = None
+    if group_name and pod.resource_claims:
+        # The in-tree plugin reads the group from its snapshot for every such pod (PreFilter's
+        # podResourceClaimBindings); a missing one makes the pod unschedulable with the lister's error.
+        group_obj = state.get("PodGroup", group_name, namespace)
+        if group_obj is None:
+            result.problem = f'podgroup.scheduling.k8s.io "{group_name}" not found'
+            return result
+        group = parse_pod_group(group_obj)
     for entry in pod.resource_claims:
         entry_name = entry.name or ""
         claim_name: str | None
@@ -150,29 +192,56 @@ def resolve_pod_claims(pod: Pod, state: ClusterState, *, assumed: dict[str, Obj]
             result.problem = f'resourceclaim "{claim_name}" is being deleted'
             return result
         if from_template and not _owned_by(claim, pod_uid):
-            result.problem = (
-                f"ResourceClaim {namespace}/{claim_name} was not created for pod {pod.ref} (pod is not owner)"
-            )
-            return result
+            if not group_name:
+                result.problem = (
+                    f"ResourceClaim {namespace}/{claim_name} was not created for pod {pod.ref} "
+                    "(pod is not owner)"
+                )
+                return result
+            if not _owned_by_group(claim, group_name):
+                result.problem = (
+                    f"ResourceClaim {namespace}/{claim_name} was not created for pod {pod.ref} "
+                    f"(neither pod nor PodGroup {group_name} is the owner)"
+                )
+                return result
+        for_group = group is not None and _bound_to_group(group, entry)
         allocation = (claim.get("status") or {}).get("allocation") or (assumed or {}).get(
             claim_meta.get("uid", "")
         )
         if allocation:
             record = parse_resource_claim(_with_allocation(claim, allocation))
             reserved = record.reserved_for
-            if len(reserved) >= RESERVED_FOR_MAX and pod_uid not in reserved:
+            if (
+                len(reserved) >= RESERVED_FOR_MAX
+                and pod_uid not in reserved
+                and not (group_name and group_name in record.reserved_for_groups)
+            ):
                 result.problem = "resourceclaim in use"
                 return result
-            result.allocated.append(record)
         else:
             problem = _admin_access_problem(claim, state)
             if problem:
                 result.problem = problem
                 return result
-            result.pending.append(parse_resource_claim(claim))
+            record = parse_resource_claim(claim)
+        if for_group and group is not None:
+            record = replace(record, for_group=True)
+            result.group = {
+                "apiGroup": POD_GROUP_API_GROUP,
+                "resource": POD_GROUP_RESOURCE,
+                "name": group.name,
+                "uid": group.uid,
+            }
+        (result.allocated if record.allocated else result.pending).append(record)
     if pod.extended is not None:  # the extended-resource claim comes last, as in upstream's claim store
         result.pending.append(parse_resource_claim(pod.extended.source))
     return result
+
+
+def consumer_for(claim: Claim, claims: PodClaims, pod: dict[str, str]) -> dict[str, str]:
+    """The `reservedFor` entry a binder adds for the claim: the PodGroup's for a claim the pod
+    shares with its group (`Claim.for_group`), else `pod`'s."""
+    return claims.group if claim.for_group and claims.group is not None else pod
 
 
 #: id(claim) -> (the claim, kept alive so the id stays unique; its validation problem or "").
@@ -217,6 +286,29 @@ def _owned_by(claim: Obj, pod_uid: str) -> bool:
     return any(
         ref.get("controller") and ref.get("kind") == "Pod" and ref.get("uid") == pod_uid
         for ref in (claim.get("metadata") or {}).get("ownerReferences") or ()
+    )
+
+
+def _owned_by_group(claim: Obj, group_name: str) -> bool:
+    """The claim's controller is the PodGroup of that name (`isForPodGroupByPod`: a pod does not
+    know its group's uid; the apiVersion's version part may change, its group may not)."""
+    return any(
+        ref.get("controller")
+        and ref.get("kind") == "PodGroup"
+        and ref.get("name") == group_name
+        and str(ref.get("apiVersion") or "").startswith(POD_GROUP_API_GROUP + "/")
+        for ref in (claim.get("metadata") or {}).get("ownerReferences") or ()
+    )
+
+
+def _bound_to_group(group: PodGroup, entry: PodResourceClaim) -> bool:
+    """The pod's entry is one of the PodGroup's claims (`BindTo`): same entry name, same claim
+    name or same template name."""
+    return any(
+        shared.name == entry.name
+        and shared.template_name == entry.resource_claim_template_name
+        and (shared.template_name is not None or shared.claim_name == entry.resource_claim_name)
+        for shared in group.claims
     )
 
 

@@ -45,6 +45,7 @@ class PodGroup:
     #: The node label all members must share (`schedulingConstraints.topology[0].key`), or None.
     topology_key: str | None
     claims: tuple[PodGroupClaim, ...] = ()
+    uid: str = ""  # metadata.uid: a claim reserved for the group names it (`reservedFor`)
 
     @property
     def ref(self) -> str:
@@ -88,4 +89,5 @@ def parse_pod_group(obj: Any) -> PodGroup:
         min_count=count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else None,
         topology_key=next((key for key in topology if key), None),
         claims=tuple(claims),
+        uid=text_field(meta.get("uid")),
     )

@@ -28,6 +28,8 @@ GATE_DEFAULTS: dict[str, bool] = {
     "DRAPartitionableDevices": True,
     "DRAPrioritizedList": True,
     "DRAResourceClaimDeviceStatus": True,
+    #: Alpha in 1.36, beta but off in 1.37; kube components need GenericWorkload with it.
+    "DRAWorkloadResourceClaims": False,
 }
 
 #: Kubernetes 1.37's, as a default kube-scheduler v1.37.2 runs them (its `kubernetes_feature_enabled`
@@ -108,6 +110,9 @@ class Features:
     optional_node_operations: bool = False  # 1.37 DRAOptionalNodeOperations
     partitionable_devices: bool = True
     prioritized_list: bool = True
+    #: DRAWorkloadResourceClaims: a pod's claim that is also its PodGroup's is reserved for the
+    #: group, and a claim the PodGroup owns serves its members (`extender.claims`).
+    workload_resource_claims: bool = False
 
     @property
     def v137(self) -> bool:
@@ -157,6 +162,7 @@ class Features:
             optional_node_operations=merged.get("DRAOptionalNodeOperations", False),
             partitionable_devices=merged["DRAPartitionableDevices"],
             prioritized_list=merged["DRAPrioritizedList"],
+            workload_resource_claims=merged["DRAWorkloadResourceClaims"],
         )
 
     @classmethod

@@ -84,27 +84,39 @@ def problem_reason(problem: str) -> str:
     return CLAIM_GONE if any(marker in problem for marker in gone) else NO_FIT
 
 
+def resolve_claims(placement: Placement, pod: Pod) -> PodClaims:
+    """The pod's claims as the placement sees them: the in-flight allocations count as made, and
+    PodGroup claims are read where the placement's features turn them on."""
+    return resolve_pod_claims(
+        pod,
+        placement.state,
+        assumed=placement.assumed.active(),
+        pod_groups=placement.features.workload_resource_claims,
+    )
+
+
 def choose_for_bind(
     placement: Placement,
     pod: Pod,
     node: str,
     *,
     wording: Wording,
-    admit_allocated: Callable[[Claim], None] | None = None,
+    admit_allocated: Callable[[Claim, PodClaims], None] | None = None,
     extended_resources: bool = True,
 ) -> BindChoice:
     """Resolve the pod's claims, check the node and the claims already allocated, evaluate the pod
     on the node and choose the allocations of its pending claims.
 
-    `admit_allocated` is called with each already allocated claim once it is known to fit the
-    node, in order (the kube binder checks its reservation there); it may raise to refuse.
+    `admit_allocated` is called with each already allocated claim (and all the pod's claims) once
+    it is known to fit the node, in order (the kube binder checks its reservation there); it may
+    raise to refuse.
 
     Raises:
         BindRefusal: the claims cannot be resolved, the node is unknown, an allocated claim does
             not fit the node, or the pending claims cannot be allocated there.
     """
     ref = pod.ref
-    claims = resolve_pod_claims(pod, placement.state, assumed=placement.assumed.active())
+    claims = resolve_claims(placement, pod)
     if claims.problem:
         raise BindRefusal(claims.problem, problem_reason(claims.problem))
     node_obj = placement.index().nodes.get(node)
@@ -117,12 +129,12 @@ def choose_for_bind(
             raise BindRefusal(f"pod {ref} cannot be bound to node {node}: {found}", NO_FIT)
         if found is not None:
             pod = found
-            claims = resolve_pod_claims(pod, placement.state, assumed=placement.assumed.active())
+            claims = resolve_claims(placement, pod)
     for claim in claims.allocated:
         if not allocation_fits_node(claim, node_obj, v137=placement.features.v137):
             raise BindRefusal(f"resourceclaim {claim.ref} not available on node {node}", NO_FIT)
         if admit_allocated is not None:
-            admit_allocated(claim)
+            admit_allocated(claim, claims)
     if not claims.pending:
         return BindChoice(claims, [])
     evaluation = placement.evaluate(pod, [node])

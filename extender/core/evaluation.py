@@ -147,10 +147,13 @@ class Evaluations:
         return self._seen.peek(key)
 
 
-def evaluation_of(pod: Pod, state: ClusterState, assumed: AssumeCache) -> PodEvaluation:
-    """A new evaluation of the pod: its claims resolved and parsed, nothing decided yet."""
+def evaluation_of(
+    pod: Pod, state: ClusterState, assumed: AssumeCache, *, pod_groups: bool = False
+) -> PodEvaluation:
+    """A new evaluation of the pod: its claims resolved and parsed, nothing decided yet
+    (`pod_groups`: DRAWorkloadResourceClaims, see `claims.resolve_pod_claims`)."""
     with telemetry.span(telemetry.SPAN_RESOLVE_CLAIMS):
-        claims = resolve_pod_claims(pod, state, assumed=assumed.active())
+        claims = resolve_pod_claims(pod, state, assumed=assumed.active(), pod_groups=pod_groups)
     # The pod itself is not kept: pods-seen has it, and a pod is as large as its sender made it.
     evaluation = PodEvaluation(claims=claims, specs=[], problem=claims.problem)
     if not evaluation.problem:

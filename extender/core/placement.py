@@ -29,7 +29,7 @@ import numpy as np
 from extender.allocator.features import Features
 from extender.allocator.inputs import AllocatedState
 from extender.allocator.results import ClaimAllocation
-from extender.claims import Claim
+from extender.claims import Claim, PodClaims
 from extender.cluster.state import ClusterState
 from extender.core import binding, extended, gang, gang_cycle, observed, scoring, tiers
 from extender.core.assumed import AssumeCache
@@ -206,7 +206,7 @@ class Placement:
 
     def choose_for_bind(
         self, pod: Pod, node: str, *, wording: binding.Wording,
-        admit_allocated: Callable[[Claim], None] | None = None, extended_resources: bool = True,
+        admit_allocated: Callable[[Claim, PodClaims], None] | None = None, extended_resources: bool = True,
     ) -> binding.BindChoice:  # fmt: skip
         """What bind writes for the pod on the node, or `binding.BindRefusal` (see there)."""
         return binding.choose_for_bind(
@@ -240,7 +240,7 @@ class Placement:
 
     def new_evaluation(self, pod: Pod) -> PodEvaluation:
         """The pod's claims resolved and parsed, nothing decided yet."""
-        return evaluation_of(pod, self.state, self.assumed)
+        return evaluation_of(pod, self.state, self.assumed, pod_groups=self.features.workload_resource_claims)
 
     def decide(self, evaluation: PodEvaluation, node_names: list[str]) -> None:
         """Verdicts for the nodes (`tiers.decide`: pod-level problems, allocated claims, the tiers)."""

@@ -42,6 +42,12 @@ restarting, a request still in flight). Undoing there can leave a bound pod with
 devices; keeping them leaves the claims allocated and reserved for an unbound pod, which
 kube-scheduler retries: filter then passes only the allocation's node and the next bind writes
 just the Binding. If the pod is deleted instead, the resourceclaim controller releases them.
+A claim the pod shares with its PodGroup (`DRAWorkloadResourceClaims`, `extender.claims`) is
+reserved for the group, as upstream's `resourceclaim.BindTo` says, and written once: the first
+member's bind allocates it, the members bound with it in the same pod-group cycle wait (up to
+`GROUP_CLAIM_WAIT_SECONDS`) for that write and find the group already reserved. A failed bind
+keeps a group claim it wrote: other members may already be bound with it; the resourceclaim
+controller releases a PodGroup's claims with the group.
 The whole write-and-undo sequence is shielded from cancellation of the HTTP handler, so a
 dropped connection cannot stop it midway.
 
@@ -61,7 +67,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from kubernetes import client
@@ -69,9 +75,11 @@ from kubernetes import client
 from extender import profiles, telemetry
 from extender.claims import (
     DELETE_PROTECTION_FINALIZER,
+    POD_GROUP_RESOURCE,
     RESERVED_FOR_MAX,
     Claim,
-    resolve_pod_claims,
+    PodClaims,
+    consumer_for,
     same_devices,
 )
 from extender.cluster.state import ClusterState
@@ -105,6 +113,10 @@ T = TypeVar("T")
 MAX_WRITE_ATTEMPTS = 5
 #: Seconds before one API call is abandoned (connect, read).
 REQUEST_TIMEOUT_SECONDS = 10.0
+#: How long a member's bind waits for another member's bind to write their PodGroup's claim, and
+#: how often it reads the claim meanwhile.
+GROUP_CLAIM_WAIT_SECONDS = 15.0
+GROUP_CLAIM_POLL_SECONDS = 0.2
 
 
 class LeaderView(Protocol):
@@ -159,6 +171,14 @@ class _ClaimWrite:
     #: bind (`create` is the body) before its allocation is written; deleted by the undo.
     create: Obj | None = None
     created: bool = False
+    #: The `reservedFor` entry this write adds: the pod's, or its PodGroup's for a group claim.
+    consumer: dict[str, str] = field(default_factory=dict)
+    #: A group claim another member's bind is allocating: wait for that write, then reserve.
+    await_allocation: bool = False
+
+    @property
+    def for_group(self) -> bool:
+        return self.consumer.get("resource") == POD_GROUP_RESOURCE
 
     @property
     def ref(self) -> str:
@@ -286,9 +306,13 @@ class KubeBinder:
             self._record_written(writes)  # kept: the assumed entries wait for the watch as on success
             raise
         except BaseException:
+            kept = [w for w in writes if w.for_group and w.allocation is not None and w.status_attempted]
             for write in reversed(writes):
-                await self._undo(write, consumer)
-            await worker.run(_forget_all, self._placement.assumed, assumed, pod_uid)
+                if write not in kept:
+                    await self._undo(write, consumer)
+            self._record_written(kept)  # their assumed entries wait for the watch as on success
+            forget = [u for u in assumed if u not in {w.uid for w in kept}]
+            await worker.run(_forget_all, self._placement.assumed, forget, pod_uid)
             raise
         self._record_written(writes)
         observed.report_bound(
@@ -300,7 +324,8 @@ class KubeBinder:
             name,
             node,
             ", ".join(w.ref for w in writes if w.allocation is not None) or "no claims",
-            ", ".join(w.ref for w in writes if w.allocation is None) or "no shared claims",
+            ", ".join(w.ref for w in writes if w.allocation is None and w.status_attempted)
+            or "no shared claims",
         )
         return placed
 
@@ -325,14 +350,14 @@ class KubeBinder:
         self._placement.holds.release(consumer["uid"])  # a PodGroup member's hold: chosen for real now
         ours = profiles.places(self._scheduler_names, pod)
         if not ours:
-            claims = resolve_pod_claims(pod, self._state, assumed=self._placement.assumed.active())
+            claims = binding.resolve_claims(self._placement, pod)
             refusal = profiles.bind_refusal(self._scheduler_names, pod, claims)
             if refusal:
                 raise BindFailure(refusal, OTHER_PROFILE)
         writes: list[_ClaimWrite] = []
 
-        def admit(claim: Claim) -> None:
-            write = self._reservation(claim, consumer)
+        def admit(claim: Claim, claims: PodClaims) -> None:
+            write = self._reservation(claim, consumer_for(claim, claims, consumer))
             if write is not None:
                 writes.append(write)
 
@@ -363,6 +388,7 @@ class KubeBinder:
                     allocation=chosen.allocation,
                     current=claim.source if create is None else None,
                     create=create,
+                    consumer=consumer_for(claim, choice.claims, consumer),
                 )
             )
         mappings = choice.extended.mappings if choice.extended is not None else ()
@@ -374,13 +400,18 @@ class KubeBinder:
         stored = self._state.get("ResourceClaim", name, namespace) or claim.source
         status = stored.get("status") or {}
         if not status.get("allocation"):
-            # Allocated only in the AssumeCache: another bind of ours is writing it right now.
+            # Allocated only in the AssumeCache: another bind of ours is writing it right now. A
+            # PodGroup's claim is written by the first member's bind; the others wait for it.
+            if claim.for_group:
+                return _ClaimWrite(
+                    namespace, name, claim.uid, None, None, consumer=consumer, await_allocation=True
+                )
             raise BindFailure(
                 f"resource claim {namespace}/{name} is in the process of being allocated", CONFLICT
             )
         if _reserved(status, consumer["uid"]):
             return None  # default profile: the in-tree plugin reserved it in PreBind
-        return _ClaimWrite(namespace, name, claim.uid, allocation=None, current=stored)
+        return _ClaimWrite(namespace, name, claim.uid, allocation=None, current=stored, consumer=consumer)
 
     def _write_visible(self, claim_uid: str, allocation: Obj) -> bool:
         """The assumed entry's claim write is done and the watch shows it (or the claim is gone):
@@ -408,7 +439,8 @@ class KubeBinder:
     # ------------------------------------------------------------------ claim writes
     async def _write_claim(self, write: _ClaimWrite, consumer: dict[str, str]) -> None:
         """Write finalizer, allocation and reservation (or only the reservation), retrying 409s."""
-        current = write.current
+        consumer = write.consumer or consumer
+        current = await self._await_allocation(write) if write.await_allocation else write.current
         for _ in range(self._max_attempts):
             self._check_leader()
             if current is None:
@@ -441,6 +473,10 @@ class KubeBinder:
                 new_status.setdefault("reservedFor", []).append(dict(consumer))
             else:
                 if not existing:
+                    if write.await_allocation:  # the other member's bind did not write it in time
+                        raise BindFailure(
+                            f"resource claim {write.ref} is in the process of being allocated", CONFLICT
+                        )
                     raise BindFailure(f"claim {write.ref} was deallocated while this bind used it", CONFLICT)
                 if _reserved(status, consumer["uid"]):
                     write.current = current
@@ -461,6 +497,19 @@ class KubeBinder:
             "(the claim keeps changing); retry",
             CONFLICT,
         )
+
+    async def _await_allocation(self, write: _ClaimWrite) -> Obj:
+        """The claim once another member's bind has written its allocation; after
+        `GROUP_CLAIM_WAIT_SECONDS` without it, a conflict kube-scheduler retries."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GROUP_CLAIM_WAIT_SECONDS
+        while True:
+            self._check_leader()
+            current = await self._read_claim(write)
+            _check_claim(write, current)
+            if (current.get("status") or {}).get("allocation") or loop.time() >= deadline:
+                return current  # unallocated at the deadline: `_write_claim` answers the conflict
+            await asyncio.sleep(GROUP_CLAIM_POLL_SECONDS)
 
     async def _create_claim(self, write: _ClaimWrite, consumer: dict[str, str], assumed: list[str]) -> None:
         """Create the pod's extended-resource claim (`createExtendedResourceClaimInAPI`); its
@@ -556,6 +605,7 @@ class KubeBinder:
 
     async def _undo(self, write: _ClaimWrite, consumer: dict[str, str]) -> None:
         """Remove what this bind wrote to one claim, and nothing else (see module docstring)."""
+        consumer = write.consumer or consumer
         if write.created:
             await self._delete_created(write)
             return

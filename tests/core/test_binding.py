@@ -79,7 +79,7 @@ def test_an_allocated_claim_elsewhere_is_no_fit_and_admitted_claims_are_seen_in_
     with pytest.raises(BindRefusal) as caught:
         binding.choose_for_bind(
             placement, c.pod([on_a, on_b]), "a", wording=WATCHED,
-            admit_allocated=lambda claim: admitted.append(claim.name),
+            admit_allocated=lambda claim, _: admitted.append(claim.name),
         )  # fmt: skip
     assert (caught.value.message, caught.value.reason) == (
         "resourceclaim default/on-b not available on node a",

@@ -171,12 +171,19 @@ class Harness:
     """One extender replica against the fake API server: the real watch (KubeSource) feeding a
     ClusterState, a Placement over it, and a KubeBinder writing through the real client."""
 
-    def __init__(self, api: FakeApiServer, *, elector: LeaderView | None = None, ttl: float = 60.0) -> None:
+    def __init__(
+        self,
+        api: FakeApiServer,
+        *,
+        elector: LeaderView | None = None,
+        ttl: float = 60.0,
+        features: Features | None = None,
+    ) -> None:
         self.api = api
         self.state = ClusterState()
         self.placement = Placement(
             self.state,
-            features=Features.from_gates(),
+            features=features or Features.from_gates(),
             assumed=AssumeCache(ttl_seconds=ttl),
             is_synced=lambda: self.source.synced(),
         )
