@@ -9,7 +9,12 @@ pods each claim one tray's four GPUs from a ResourceClaimTemplate and name the g
 loop:
 - all-or-nothing: below `minCount` no member binds and no claim is allocated; the last member
   admits the gang and every member binds, all in one clique;
-- the extender's watch lists PodGroups from the version the API server serves.
+- the extender's watch lists PodGroups from the version the API server serves;
+- a claim the PodGroup shares (`DRAWorkloadResourceClaims`: the PodGroup's `spec.resourceClaims`
+  names a template, the resourceclaim controller makes one claim owned by the group and names it
+  in the group's and every member's status) is allocated once, from the NVLink domain of the
+  clique the gang lands in (an IMEX-style channel every tray of that rack reaches), and reserved
+  for the PodGroup, not for each pod, as upstream's `resourceclaim.BindTo` says.
 
 - the pod-group cycle filters every member before any binds, and in allocator mode nothing in
   the scheduler counts an earlier member's devices: the extender's holds
@@ -22,13 +27,16 @@ loop:
 Feature gates and API (pkg/features/kube_features.go of each version): 1.37 serves
 `scheduling.k8s.io/v1beta1` with `GenericWorkload` (beta, off by default), which also enables the
 GangScheduling plugin, and `TopologyAwareWorkloadScheduling` (alpha); 1.36 serves v1alpha2 and
-needs `GenericWorkload`, `GangScheduling` and `TopologyAwareWorkloadScheduling` (all alpha). Runs
+needs `GenericWorkload`, `GangScheduling` and `TopologyAwareWorkloadScheduling` (all alpha).
+`DRAWorkloadResourceClaims` (alpha in 1.36, beta but off in 1.37) is on in every component,
+the extender included (`--feature-gates`). Runs
 against the newest version of `DRA_E2E_KUBERNETES` (1.37 in CI, where time is counted);
 `DRA_E2E_KUBERNETES=1.36` runs it against 1.36.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -39,7 +47,7 @@ from bench.gang_placement import DEVICE_CLASS, GPUS_PER_TRAY, cluster_objects
 from extender.core.gang import CLIQUE_LABEL
 from loadtests.generate import NAMESPACE
 from tests.e2e import objects
-from tests.e2e.cluster import KUBERNETES_VERSIONS, ControlPlane, object_path, running
+from tests.e2e.cluster import EXTENDERS, KUBERNETES_VERSIONS, ControlPlane, Process, object_path, running
 from tests.e2e.conftest import ALLOCATOR_SCHEDULER, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -49,13 +57,28 @@ Obj = dict[str, Any]
 #: Per version: (feature gates, the PodGroup API version served).
 WORKLOAD_API: dict[str, tuple[dict[str, bool], str]] = {
     "1.36": (
-        {"GenericWorkload": True, "GangScheduling": True, "TopologyAwareWorkloadScheduling": True},
+        {
+            "GenericWorkload": True,
+            "GangScheduling": True,
+            "TopologyAwareWorkloadScheduling": True,
+            "DRAWorkloadResourceClaims": True,
+        },
         "scheduling.k8s.io/v1alpha2",
     ),
-    "1.37": ({"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}, "scheduling.k8s.io/v1beta1"),
+    "1.37": (
+        {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "DRAWorkloadResourceClaims": True},
+        "scheduling.k8s.io/v1beta1",
+    ),
 }
 RACKS, TRAYS = 3, 6
 TEMPLATE = "tray"
+#: The shared claim's template, driver and class: one channel of the rack's NVLink (IMEX) domain.
+CHANNEL_TEMPLATE, CHANNEL_DRIVER, CHANNEL_CLASS = (
+    "domain-channel",
+    "compute-domain.nvidia.com",
+    "compute-domain",
+)
+CHANNELS_PER_DOMAIN = 4
 
 
 class GangPlane(ControlPlane):
@@ -66,14 +89,23 @@ class GangPlane(ControlPlane):
         gates, api = WORKLOAD_API[self.version]
         self.feature_gates = dict(gates)
         self.runtime_config = (f"{api}=true",)
+        # The API server's admission gives each PodGroup a protection finalizer; this controller
+        # lifts it once the group has no pods, so a deleted group (and the claims it owns) goes.
+        self.controllers = (*self.controllers, "podgroup-protection-controller")
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+        if name in EXTENDERS:  # the extender knows the DRA gates only
+            argv = [*argv, "--feature-gates=DRAWorkloadResourceClaims=true"]
+        return super()._spawn(name, argv, env)
 
 
 @pytest.fixture(scope="module", params=KUBERNETES_VERSIONS[-1:], ids=lambda v: f"k8s-{v}")
 def plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     with running(version=request.param, name="gangs", kind=GangPlane) as control:
-        fleet, _, _ = cluster_objects(RACKS, TRAYS)
+        fleet, _, clique_of = cluster_objects(RACKS, TRAYS)
+        fleet += _channel_domains(sorted(set(clique_of.values())))
         objects.publish(control.kube, [objects.clean(o) for o in fleet])
-        control.kube.apply_all([_template()])
+        control.kube.apply_all([_template(), _channel_template()])
         control.use("allocator")
         yield control
 
@@ -90,6 +122,55 @@ def _template() -> Obj:
                         {"name": "gpus", "exactly": {"deviceClassName": DEVICE_CLASS, "count": GPUS_PER_TRAY}}
                     ]
                 }
+            }
+        },
+    }
+
+
+def _channel_domains(cliques: list[str]) -> list[Obj]:
+    """The channel class and, per clique, a slice of channels every node of that clique reaches
+    (`nodeSelector` on the clique label), as an IMEX/ComputeDomain driver publishes them."""
+    found: list[Obj] = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": CHANNEL_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{CHANNEL_DRIVER}"'}}]},
+        }
+    ]
+    for clique in cliques:
+        found.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"domain-{clique}"},
+                "spec": {
+                    "driver": CHANNEL_DRIVER,
+                    "pool": {"name": f"domain-{clique}", "generation": 1, "resourceSliceCount": 1},
+                    "nodeSelector": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": CLIQUE_LABEL, "operator": "In", "values": [clique]}
+                                ]
+                            }
+                        ]
+                    },
+                    "devices": [{"name": f"channel-{i}"} for i in range(CHANNELS_PER_DOMAIN)],
+                },
+            }
+        )
+    return found
+
+
+def _channel_template() -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": CHANNEL_TEMPLATE, "namespace": NAMESPACE},
+        "spec": {
+            "spec": {
+                "devices": {"requests": [{"name": "channel", "exactly": {"deviceClassName": CHANNEL_CLASS}}]}
             }
         },
     }
@@ -140,6 +221,10 @@ def _allocated_claims(plane: ControlPlane, pods: list[Obj]) -> list[Obj]:
 def _cliques(plane: ControlPlane, pods: list[Obj]) -> set[str]:
     nodes = {n["metadata"]["name"]: n for n in objects.list_of(plane.kube, "Node")}
     return {nodes[p["spec"]["nodeName"]]["metadata"]["labels"][CLIQUE_LABEL] for p in pods}
+
+
+def _released(plane: ControlPlane, pods: list[Obj]) -> bool:
+    return not _allocated_claims(plane, pods)
 
 
 def _delete_group(plane: ControlPlane, group: str) -> None:
@@ -197,7 +282,7 @@ def test_a_gang_after_another_takes_a_whole_free_rack(plane: ControlPlane) -> No
     assert len(_allocated_claims(plane, bound)) == 6
     for group, pods in (("first-4", first), ("next-6", bound)):
         _delete_group(plane, group)
-        wait_until(f"{group}'s claims released", lambda pods=pods: not _allocated_claims(plane, pods), 60)
+        wait_until(f"{group}'s claims released", functools.partial(_released, plane, pods), 60)
 
 
 def test_a_gang_larger_than_every_rack_binds_nothing_and_holds_nothing(plane: ControlPlane) -> None:
@@ -224,3 +309,57 @@ def test_the_extender_reads_the_served_pod_group_api(plane: ControlPlane) -> Non
     """Its watch listed PodGroups from the served version and never found the API unserved."""
     log = (plane.work / "extender.log").read_text(errors="replace")
     assert "PodGroup: listed" in log and "PodGroup: the API is not served" not in log, log[-2000:]
+
+
+def test_a_claim_the_pod_group_shares_is_allocated_once_and_reserved_for_the_group(
+    plane: ControlPlane,
+) -> None:
+    group = _pod_group(plane, "shared-3", 3)
+    group["spec"]["resourceClaims"] = [{"name": "domain", "resourceClaimTemplateName": CHANNEL_TEMPLATE}]
+    _create_group(plane, group)
+    for index in range(3):
+        member = _member("shared-3", index)
+        member["spec"]["resourceClaims"].append(
+            {"name": "domain", "resourceClaimTemplateName": CHANNEL_TEMPLATE}
+        )
+        member["spec"]["containers"][0]["resources"]["claims"].append({"name": "domain"})
+        plane.kube.apply_all([member])
+    bound = wait_until("the 3-member gang bound", lambda: _all_bound(plane, "shared-3", 3), 120)
+    (clique,) = _cliques(plane, bound)
+    api = WORKLOAD_API[plane.version][1]
+    stored = plane.kube.request("GET", f"/apis/{api}/namespaces/{NAMESPACE}/podgroups/shared-3")
+    (made,) = stored["status"]["resourceClaimStatuses"]
+    name = made["resourceClaimName"]
+    for pod in bound:  # every member uses the group's claim, none has one of its own for it
+        statuses = {s["name"]: s.get("resourceClaimName") for s in pod["status"]["resourceClaimStatuses"]}
+        assert statuses["domain"] == name, statuses
+    claim = plane.kube.request("GET", object_path("ResourceClaim", name, NAMESPACE))
+    (owner,) = claim["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner.get("controller")) == ("PodGroup", "shared-3", True)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert result["pool"] == f"domain-{clique}", "the channel is not from the gang's NVLink domain"
+    assert claim["status"]["reservedFor"] == [
+        {
+            "apiGroup": "scheduling.k8s.io",
+            "resource": "podgroups",
+            "name": "shared-3",
+            "uid": stored["metadata"]["uid"],
+        }
+    ]
+    own = _allocated_claims(plane, bound)  # the trays: each reserved for its own member
+    assert len(own) == 3
+    assert {c["status"]["reservedFor"][0]["uid"] for c in own} == {p["metadata"]["uid"] for p in bound}
+    _delete_group(plane, "shared-3")
+    wait_until("the trays released", lambda: not _allocated_claims(plane, bound), 60)
+    try:
+        wait_until("the group's claim deleted with its PodGroup", lambda: _claim(plane, name) is None, 60)
+    except AssertionError as exc:
+        pod_group = plane.kube.request(
+            "GET", f"/apis/{api}/namespaces/{NAMESPACE}/podgroups/shared-3", ok=(200, 404)
+        )
+        raise AssertionError(f"{exc}; claim {_claim(plane, name)}; PodGroup {pod_group}") from None
+
+
+def _claim(plane: ControlPlane, name: str) -> Obj | None:
+    found = plane.kube.request("GET", object_path("ResourceClaim", name, NAMESPACE), ok=(200, 404))
+    return found if found and found.get("kind") == "ResourceClaim" else None
