@@ -312,14 +312,16 @@ def mean_whole(samples: list[Sample]) -> float | None:
 
 
 def failure_kinds(events: list[Obj], prefix: str, top: int = 6) -> dict[str, int]:
-    """kube-scheduler's FailedScheduling messages on pods named `prefix`*, digits as `#` so one
-    kind counts once, by their event counts (most frequent first)."""
+    """kube-scheduler's FailedScheduling messages on pods named `prefix`*, by their event counts
+    (most frequent first). Object names (`namespace/name`, with the claims' random suffixes) read
+    `<object>` and digits `#`, so one kind of message counts once."""
     counts: Counter[str] = Counter()
     for event in events:
         name = (event.get("involvedObject") or {}).get("name", "")
         if event.get("reason") != "FailedScheduling" or not name.startswith(prefix):
             continue
-        message = re.sub(r"\d+", "#", str(event.get("message", "")))[:200]
+        message = re.sub(r"\b[a-z][\w.-]*/[\w.-]+", "<object>", str(event.get("message", "")))
+        message = re.sub(r"\d+", "#", message)[:240]
         counts[message] += int(event.get("count") or 1)
     return dict(counts.most_common(top))
 

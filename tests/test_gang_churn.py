@@ -181,11 +181,22 @@ def test_failed_scheduling_messages_are_counted_by_kind_for_the_runs_pods() -> N
         event("alloc-gang-00001-0", "0/18 nodes are available: 18 Insufficient gpus.", 3),
         event("alloc-gang-00002-1", "0/18 nodes are available: 12 Insufficient gpus.", 2),
         event("alloc-gang-00002-2", "pod group rejected at Permit", 1),
+        event(
+            "alloc-gang-00004-0",
+            "0/18 nodes are available: claim bench/alloc-gang-00004-0-gpus-x7kqp busy",
+            1,
+        ),
+        event(
+            "alloc-gang-00005-3",
+            "0/18 nodes are available: claim bench/alloc-gang-00005-3-gpus-ab1cd busy",
+            2,
+        ),
         event("upstr-gang-00001-0", "0/18 nodes are available: 18 Insufficient gpus.", 7),  # other run
         event("alloc-gang-00003-0", "Successfully assigned", 1, reason="Scheduled"),
     ]
     assert gang_churn.failure_kinds(events, "alloc-") == {
         "#/# nodes are available: # Insufficient gpus.": 5,
+        "#/# nodes are available: claim <object> busy": 3,  # two claims, one kind
         "pod group rejected at Permit": 1,
     }
 
