@@ -392,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.markdown:
         write_markdown(args.markdown, block)
     if args.plot:
-        title = f"Gangs on {args.racks} NVL72-style racks: first-fit vs node-local vs gang-aware"
+        title = f"Gangs on {args.racks} NVL72-style racks: {' vs '.join(POLICIES)}"
         plot(all_metrics, args.plot, title, shown=METRICS[:4], lower_is_better=("cliques",))
     return 0
 

@@ -66,14 +66,13 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from extender.allocator.model import Device
-from extender.core.reasons import FAILED, PASSED
 from extender.objects import Obj
 from extender.podgroups import PodGroup, parse_pod_group
 from extender.pods import Pod, parse_pod
@@ -324,23 +323,17 @@ def outside_domain_reason(group: PodGroup, home: str, domain: str | None) -> str
 
 def filter_answer(verdicts: Verdicts, node_names: list[str], outside: Mapping[str, str]) -> FilterVerdict:
     """Filter's answer from the pod's verdicts, with the passed nodes in `outside` (node ->
-    reason, `Gangs.outside_domain`) unresolvable. Without any: built from the verdicts' arrays
-    (no Python per node)."""
-    if not outside:
-        passed, failed, unresolvable = verdicts.answer(node_names)
-        return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
-    answer = FilterVerdict()
-    for name in node_names:
-        outcome = verdicts[name]
-        if outcome.status == PASSED and name in outside:
-            answer.unresolvable[name] = outside[name]
-        elif outcome.status == PASSED:
-            answer.passed.append(name)
-        elif outcome.status == FAILED:
-            answer.failed[name] = outcome.reason
-        else:
-            answer.unresolvable[name] = outcome.reason
-    return answer
+    reason, `Gangs.outside_domain`) unresolvable. Built from the verdicts' arrays and C-level
+    maps (no Python per node)."""
+    passed, failed, unresolvable = verdicts.answer(node_names)
+    if outside and passed:
+        moved = np.fromiter(map(outside.__contains__, passed), dtype=bool, count=len(passed))
+        if moved.any():
+            named = np.array(passed, dtype=object)
+            ruled_out = named[moved].tolist()
+            passed = named[~moved].tolist()
+            unresolvable.update(zip(ruled_out, map(outside.__getitem__, ruled_out), strict=True))
+    return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
 
 
 def other_clique_reason(gang: Gang, home: str, clique: str | None) -> str:
@@ -561,13 +554,21 @@ class Gangs:
         if home is None:
             return {}
         if group is not None and group.topology_key is not None:
-            return {
-                name: outside_domain_reason(group, home, domains.get(name))
-                for name in node_names
-                if domains.get(name) != home
-            }
-        return {
-            name: other_clique_reason(member, home, domains.get(name))
-            for name in node_names
-            if domains.get(name) != home
-        }
+            return outside_of(node_names, domains, home, lambda d: outside_domain_reason(group, home, d))
+        return outside_of(node_names, domains, home, lambda d: other_clique_reason(member, home, d))
+
+
+def outside_of(
+    node_names: Sequence[str], domains: Mapping[str, str], home: str, reason: Callable[[str | None], str]
+) -> dict[str, str]:
+    """Node -> reason for the nodes whose domain (`domains`; None: none) is not `home`: one text
+    per domain value (`reason`), the map built by numpy and C-level maps, not a Python loop per
+    node (a PodGroup member's filter asks it of every node of the fleet)."""
+    labels = np.array(list(map(domains.get, node_names)), dtype=object)
+    outside = labels != home
+    if not outside.any():
+        return {}
+    names = np.array(node_names, dtype=object)[outside].tolist()
+    values = labels[outside].tolist()
+    texts = {value: reason(value) for value in set(values)}
+    return dict(zip(names, map(texts.__getitem__, values), strict=True))

@@ -41,9 +41,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import TYPE_CHECKING, Any
 
-from extender.core.gang import Gang, fit_terms
+from extender.core.gang import Gang, fit_terms, outside_of
 from extender.pods import Pod
 from extender.verdicts import FilterVerdict
 
@@ -88,12 +89,13 @@ class CycleHolds:
         evaluation = placement.evaluate(pod, node_names)
         answer = placement.filter_verdict(pod, evaluation, node_names)
         outside = self._outside_chosen_domain(pod, member, answer.passed) if answer.passed else {}
-        passed = [name for name in answer.passed if name not in outside]
+        passed = list(filterfalse(outside.__contains__, answer.passed))
         failed = {**answer.failed, **outside}
         if passed and evaluation.claims.pending:
             top = self._hold_one(member, pod, evaluation, passed)
-            elsewhere = self._elsewhere(pod, top)  # one text for every other node
-            failed.update((name, elsewhere) for name in passed if name != top)
+            others = dict.fromkeys(passed, self._elsewhere(pod, top))  # one text for every other node
+            del others[top]
+            failed.update(others)
             passed = [top]
         elif not passed:
             ruled_out = set(outside) | set(placement.gangs.outside_domain(pod, node_names))
@@ -156,23 +158,16 @@ class CycleHolds:
         chosen = self._chosen_domain(pod, member)
         if chosen is None:
             return {}
-        domains = gangs.node_domains(member)
-        reasons: dict[str | None, str] = {}  # one text per domain value, not per node
-        out: dict[str, str] = {}
-        for name in passed:
-            domain = domains.get(name)
-            if domain == chosen:
-                continue
-            reason = reasons.get(domain)
-            if reason is None:
-                where = f"{key}={domain}" if domain is not None else f"no {key} label"
-                reason = reasons[domain] = (
-                    f"PodGroup {group.ref} requires all its pods in one {key}; the extender places "
-                    f"it in {key}={chosen}, where its {member.size} pods fit most tightly (this "
-                    f"node has {where})"
-                )
-            out[name] = reason
-        return out
+
+        def reason(domain: str | None) -> str:
+            where = f"{key}={domain}" if domain is not None else f"no {key} label"
+            return (
+                f"PodGroup {group.ref} requires all its pods in one {key}; the extender places "
+                f"it in {key}={chosen}, where its {member.size} pods fit most tightly (this "
+                f"node has {where})"
+            )
+
+        return outside_of(passed, gangs.node_domains(member), chosen, reason)
 
     def _chosen_domain(self, pod: Pod, member: Gang) -> str | None:
         """The value of the key whose nodes fit the group most tightly, over the whole fleet."""
@@ -183,7 +178,7 @@ class CycleHolds:
             return None
         domains = placement.gangs.node_domains(member)
         passed = evaluation.verdicts.passed_among(everywhere)
-        slots = Counter(domains[name] for name in passed if name in domains)
+        slots = Counter(filter(None, map(domains.get, passed)))
         terms = fit_terms(slots, member.size)
         best = [domain for domain, term in terms.items() if term == 1.0]
         return best[0] if best else None

@@ -13,6 +13,7 @@ from extender.core.gang import (
     combine,
     home_clique,
     other_clique_reason,
+    outside_of,
 )
 
 # Three racks: A has 6 free nodes, B has 4, C has 2; plus one node outside any clique.
@@ -81,3 +82,18 @@ def test_home_clique_and_reason() -> None:
     assert home_clique(CLIQUE_OF, []) is None
     reason = other_clique_reason(Gang("ml/jobset:js/w", 4), "B", "A")
     assert "ml/jobset:js/w" in reason and "clique B" in reason and "clique A" in reason
+
+
+def test_outside_of_names_every_node_off_home_with_one_text_per_domain() -> None:
+    domains = {"a1": "rack-a", "a2": "rack-a", "b1": "rack-b", "b2": "rack-b"}
+    asked: list[str | None] = []
+
+    def reason(domain: str | None) -> str:
+        asked.append(domain)
+        return f"in {domain}"
+
+    out = outside_of(["a1", "b1", "x", "a2", "b2"], domains, "rack-a", reason)
+    assert out == {"b1": "in rack-b", "x": "in None", "b2": "in rack-b"}
+    assert sorted(asked, key=str) == [None, "rack-b"]  # once per value, not per node
+    assert outside_of(["a1", "a2"], domains, "rack-a", reason) == {}
+    assert outside_of([], domains, "rack-a", reason) == {}
