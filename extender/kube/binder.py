@@ -475,7 +475,9 @@ class KubeBinder:
                 if not existing:
                     if write.await_allocation:  # the other member's bind did not write it in time
                         raise BindFailure(
-                            f"resource claim {write.ref} is in the process of being allocated", CONFLICT
+                            f"resource claim {write.ref} is in the process of being allocated: no bind "
+                            f"of its PodGroup wrote it within {GROUP_CLAIM_WAIT_SECONDS:g} s",
+                            CONFLICT,
                         )
                     raise BindFailure(f"claim {write.ref} was deallocated while this bind used it", CONFLICT)
                 if _reserved(status, consumer["uid"]):

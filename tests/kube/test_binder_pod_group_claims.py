@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from extender.allocator.features import Features
+from extender.kube import binder as binder_module
 from extender.pods import parse_pod
-from extender.verdicts import API_ERROR, OK
+from extender.verdicts import API_ERROR, CONFLICT, OK
 from tests.fakeapi.server import FakeApiServer
 from tests.kube.cluster import DRA, NAMESPACE, Harness, allocated_devices, pod, reserved_uids, seed
 
@@ -146,3 +149,27 @@ async def test_a_member_whose_binding_fails_keeps_the_group_claim_it_wrote(fake_
         assert h.claim("domain")["status"] == domain["status"]  # found reserved: nothing written
         assert await h.bind("p1", "n1") == ("", OK)
         assert h.claim("domain")["status"]["reservedFor"] == [_group_entry(fake_api)]
+
+
+async def test_a_member_waits_for_the_group_claim_then_answers_a_conflict(
+    fake_api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first member's filter holds the group claim; its bind never comes. The second
+    member's bind waits for that write, then answers the conflict kube-scheduler retries, and
+    writes nothing (its own claim is left unallocated)."""
+    monkeypatch.setattr(binder_module, "GROUP_CLAIM_WAIT_SECONDS", 0.5)
+    _setup(fake_api)
+    async with Harness(fake_api, features=GATE_ON) as h:
+        await h.caught_up()
+        placement = h.placement
+        record = parse_pod(h.state.get("Pod", "p1", NAMESPACE))
+        verdict = await placement.worker.run(placement.filter, record, ["n1", "n2"])
+        other = "n2" if verdict.passed == ["n1"] else "n1"
+        error, reason = await h.bind("p2", other)
+        assert (error, reason) == (
+            f"resource claim {NAMESPACE}/domain is in the process of being allocated: no bind of its "
+            "PodGroup wrote it within 0.5 s",
+            CONFLICT,
+        )
+        assert not (h.claim("domain").get("status") or {}).get("allocation")
+        assert not (h.claim("c2").get("status") or {}).get("allocation")
