@@ -29,7 +29,10 @@ Feature gates and API (pkg/features/kube_features.go of each version): 1.37 serv
 GangScheduling plugin, and `TopologyAwareWorkloadScheduling` (alpha); 1.36 serves v1alpha2 and
 needs `GenericWorkload`, `GangScheduling` and `TopologyAwareWorkloadScheduling` (all alpha).
 `DRAWorkloadResourceClaims` (alpha in 1.36, beta but off in 1.37) is on in every component,
-the extender included (`--feature-gates`). Runs
+the extender included (`--feature-gates`). `WorkloadWithJob` (alpha in both) lets the Job
+controller make the Workload and PodGroup of a Job: in 1.36 for an Indexed Job whose
+completions equal its parallelism (a gang of that size, no constraint, no claims); in 1.37 from
+the Job's `spec.scheduling` (gang policy, topology constraint, shared claims). Runs
 against the newest version of `DRA_E2E_KUBERNETES` (1.37 in CI, where time is counted);
 `DRA_E2E_KUBERNETES=1.36` runs it against 1.36.
 """
@@ -62,11 +65,17 @@ WORKLOAD_API: dict[str, tuple[dict[str, bool], str]] = {
             "GangScheduling": True,
             "TopologyAwareWorkloadScheduling": True,
             "DRAWorkloadResourceClaims": True,
+            "WorkloadWithJob": True,
         },
         "scheduling.k8s.io/v1alpha2",
     ),
     "1.37": (
-        {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "DRAWorkloadResourceClaims": True},
+        {
+            "GenericWorkload": True,
+            "TopologyAwareWorkloadScheduling": True,
+            "DRAWorkloadResourceClaims": True,
+            "WorkloadWithJob": True,
+        },
         "scheduling.k8s.io/v1beta1",
     ),
 }
@@ -363,3 +372,70 @@ def test_a_claim_the_pod_group_shares_is_allocated_once_and_reserved_for_the_gro
 def _claim(plane: ControlPlane, name: str) -> Obj | None:
     found = plane.kube.request("GET", object_path("ResourceClaim", name, NAMESPACE), ok=(200, 404))
     return found if found and found.get("kind") == "ResourceClaim" else None
+
+
+def test_the_job_controller_makes_the_gang_of_a_batch_job(plane: ControlPlane) -> None:
+    """An Indexed Job of 4 tray-sized pods: the Job controller (`WorkloadWithJob`) creates its
+    Workload and PodGroup and names the group in every pod; the gang lands whole in one clique.
+    On 1.37 the Job's `spec.scheduling` also gives the topology key and a claim shared by the
+    group (`job_scheduling_manager.go` of each version)."""
+    template = _member("job", 0)["spec"]
+    template.pop("schedulingGroup")
+    template["restartPolicy"] = "Never"
+    job: Obj = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "trainer", "namespace": NAMESPACE},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 4,
+            "parallelism": 4,
+            "template": {"metadata": {"labels": {"app": "trainer"}}, "spec": template},
+        },
+    }
+    shares = plane.version != "1.36"  # 1.36's Job has no spec.scheduling
+    if shares:
+        domain = {"name": "domain", "resourceClaimTemplateName": CHANNEL_TEMPLATE}
+        template["resourceClaims"].append(domain)
+        template["containers"][0]["resources"]["claims"].append({"name": "domain"})
+        job["spec"]["scheduling"] = {
+            "schedulingPolicy": {"gang": {"minCount": 4}},
+            "schedulingConstraints": {"topology": [{"key": CLIQUE_LABEL}]},
+            "resourceClaims": [domain],
+        }
+    plane.kube.request("POST", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs", job)
+
+    def bound() -> list[Obj] | None:
+        pods = [
+            p
+            for p in objects.list_of(plane.kube, "Pod", NAMESPACE)
+            if p["metadata"]["name"].startswith("trainer-")
+        ]
+        return pods if len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods) else None
+
+    pods = wait_until("the Job's 4 pods bound", bound, 120)
+    (group_name,) = {p["spec"].get("schedulingGroup", {}).get("podGroupName") for p in pods}
+    assert group_name, "the Job controller named no PodGroup in the pods"
+    api = WORKLOAD_API[plane.version][1]
+    group = plane.kube.request("GET", f"/apis/{api}/namespaces/{NAMESPACE}/podgroups/{group_name}")
+    assert group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
+    assert len(_cliques(plane, pods)) == 1, f"the Job's gang spans cliques {_cliques(plane, pods)}"
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
+    assert len(_allocated_claims(plane, pods)) == 4  # a tray each, reserved for its pod
+    if shares:
+        (made,) = group["status"]["resourceClaimStatuses"]
+        claim = plane.kube.request("GET", object_path("ResourceClaim", made["resourceClaimName"], NAMESPACE))
+        assert claim["status"]["reservedFor"] == [
+            {
+                "apiGroup": "scheduling.k8s.io",
+                "resource": "podgroups",
+                "name": group_name,
+                "uid": group["metadata"]["uid"],
+            }
+        ]
+    plane.kube.request(
+        "DELETE",
+        f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/trainer?propagationPolicy=Foreground",
+        ok=(200, 202),
+    )
+    wait_until("the Job's claims released", functools.partial(_released, plane, pods), 90)
