@@ -51,7 +51,7 @@ from extender.core.gang import CLIQUE_LABEL
 from loadtests.generate import NAMESPACE
 from tests.e2e import objects
 from tests.e2e.cluster import EXTENDERS, KUBERNETES_VERSIONS, ControlPlane, Process, object_path, running
-from tests.e2e.conftest import ALLOCATOR_SCHEDULER, wait_until
+from tests.e2e.conftest import ALLOCATOR_SCHEDULER, DEFAULT_SCHEDULER, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -268,8 +268,13 @@ def test_a_gang_waits_for_its_quorum_then_lands_whole_in_one_clique(plane: Contr
     wait_until("every claim released", lambda: not _allocated_claims(plane, bound), 60)
 
 
-def _create_members(plane: ControlPlane, group: str, count: int) -> list[Obj]:
-    return [plane.kube.create(_member(group, i)) for i in range(count)]
+def _create_members(
+    plane: ControlPlane, group: str, count: int, scheduler: str = ALLOCATOR_SCHEDULER
+) -> list[Obj]:
+    members = [_member(group, i) for i in range(count)]
+    for member in members:
+        member["spec"]["schedulerName"] = scheduler
+    return [plane.kube.create(member) for member in members]
 
 
 def _all_bound(plane: ControlPlane, group: str, count: int) -> list[Obj] | None:
@@ -439,3 +444,26 @@ def test_the_job_controller_makes_the_gang_of_a_batch_job(plane: ControlPlane) -
         ok=(200, 202),
     )
     wait_until("the Job's claims released", functools.partial(_released, plane, pods), 90)
+
+
+def test_advisory_mode_gangs_land_whole_with_the_in_tree_plugin_allocating(plane: ControlPlane) -> None:
+    """Advisory mode: the in-tree DynamicResources plugin allocates in the pod-group cycle and
+    the extender only filters and scores (its holds pick each member's node). A 4-member gang
+    binds in one clique; a 6-member gang after it takes a whole free rack, as in allocator mode."""
+    plane.use("advisory")
+    try:
+        _create_group(plane, _pod_group(plane, "adv-4", 4))
+        _create_members(plane, "adv-4", 4, DEFAULT_SCHEDULER)
+        first = wait_until("the 4-member gang bound", lambda: _all_bound(plane, "adv-4", 4), 120)
+        _create_group(plane, _pod_group(plane, "adv-6", 6))
+        _create_members(plane, "adv-6", 6, DEFAULT_SCHEDULER)
+        bound = wait_until("the 6-member gang bound", lambda: _all_bound(plane, "adv-6", 6), 120)
+        assert len(_cliques(plane, first)) == 1 and len(_cliques(plane, bound)) == 1
+        assert _cliques(plane, bound) != _cliques(plane, first), "stacked on the partly used rack"
+        assert len({p["spec"]["nodeName"] for p in [*first, *bound]}) == 10  # a tray each
+        assert len(_allocated_claims(plane, [*first, *bound])) == 10  # by the in-tree plugin
+        for group, pods in (("adv-4", first), ("adv-6", bound)):
+            _delete_group(plane, group)
+            wait_until(f"{group}'s claims released", functools.partial(_released, plane, pods), 60)
+    finally:
+        plane.use("allocator")
