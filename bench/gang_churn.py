@@ -599,7 +599,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.step_seconds:g} wall s ({args.minutes:g} min), offered load {args.load:g}, mean lifetime "
         f"{args.mean_lifetime:g} steps; fleet {args.racks} racks x {args.trays} trays "
         f"({args.racks * args.trays * GPUS_PER_TRAY} GPUs); drain {args.drain:g} s; cliques sampled every "
-        f"{args.sample_seconds:g} s after {args.warmup_steps} steps; Kubernetes {args.version}."
+        f"{args.sample_seconds:g} s after {args.warmup_steps} steps; Kubernetes {args.version}; "
+        + (
+            f"client QPS {args.client_qps:g} (burst {int(2 * args.client_qps)}) for kube-controller-manager "
+            "and kube-scheduler."
+            if args.client_qps
+            else "client limits the programs' defaults (kube-controller-manager 20 QPS, burst 30; "
+            "kube-scheduler 50 QPS, burst 100)."
+        )
     )
     print(how, flush=True)
 
